@@ -1,0 +1,1 @@
+"""Entry points: the `sarl` command and one module per role."""

@@ -1,0 +1,165 @@
+"""The `sarl` command. Parses arguments, then imports what the subcommand
+needs: `sarl --help` stays fast on a login node."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="sarl", description="Agent RL on Slurm: submit and watch runs.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+
+    def overrides(q: argparse.ArgumentParser) -> None:
+        q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config key (TOML value), e.g. --set smoke.steps=20; repeatable")
+        q.add_argument("--cluster", choices=("local", "slurm"),
+                       help="where jobs run; replaces executor.type of the config")
+
+    q = sub.add_parser("submit", help="create (or resume) a run and submit its jobs; returns at once")
+    q.add_argument("config", type=Path, metavar="RUN.toml")
+    overrides(q)
+
+    q = sub.add_parser("status", help="what each role's jobs are doing, and what failed and why")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.add_argument("--all", action="store_true", help="list every task, done ones included")
+    q.add_argument("--wait", action="store_true",
+                   help="show a progress bar until every task is done or failed; exit 1 if any failed")
+
+    q = sub.add_parser("cancel", help="cancel every job of a run (their state stays; resume continues)")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
+    q = sub.add_parser("resume", help="resubmit the tasks of a run that are neither done nor running")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    overrides(q)
+
+    q = sub.add_parser("config", help="show a resolved config")
+    csub = q.add_subparsers(dest="config_cmd", required=True, metavar="ACTION")
+    s = csub.add_parser("show", help="print the resolved config as TOML (defaults filled in)")
+    s.add_argument("config", type=Path, metavar="RUN.toml")
+    s.add_argument("--doc", action="store_true", help="list every key with its documentation")
+    overrides(s)
+
+    q = sub.add_parser("bench", help="benchmarks, each beside a baseline measured in the same run")
+    bsub = q.add_subparsers(dest="bench_cmd", required=True, metavar="WHAT")
+    b = bsub.add_parser("submit", help="submit a 1,000-task array through sarl vs plain sbatch --array")
+    b.add_argument("--quick", action="store_true", help="fewer repetitions")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--tasks", type=int, default=1000)
+    b.add_argument("--partition", default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    from rl.config import ConfigError
+
+    try:
+        return _dispatch(args)
+    except ConfigError as e:
+        print(f"sarl: config error:\n{e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from rl.config import load_config
+
+    if args.cmd == "config":
+        from rl.config import describe_fields, dump_toml
+
+        cfg = load_config(args.config, args.overrides, args.cluster)
+        if args.doc:
+            for key, doc, safe in describe_fields():
+                print(f"{key}{'  [safe mid-run]' if safe else ''}\n    {doc}")
+        else:
+            print(dump_toml(cfg), end="")
+        return 0
+
+    if args.cmd == "bench":
+        from rl.bench import bench_submit
+
+        return bench_submit(args)
+
+    from rl.cluster import SubmitError
+    from rl.rundir import RunDir
+
+    try:
+        if args.cmd == "submit":
+            from rl.launch import submit
+
+            cfg = load_config(args.config, args.overrides, args.cluster)
+            subs = submit(cfg, str(args.config), say=lambda m: print(m, file=sys.stderr))
+            _print_submitted(subs, cfg.run_dir)
+            return 0
+        rd = RunDir(args.run_dir)
+        if not rd.exists():
+            print(f"sarl: {args.run_dir}: not a run directory (no run.toml)", file=sys.stderr)
+            return 2
+        if args.cmd == "resume":
+            from rl.launch import resume
+
+            cfg = rd.with_overrides(args.overrides, args.cluster) if args.overrides or args.cluster else None
+            subs = resume(rd, cfg, f"{rd.config_path} (with --set)")
+            _print_submitted(subs, rd.path)
+            if not subs:
+                print("nothing to resubmit: every task is done or alive", file=sys.stderr)
+            return 0
+        if args.cmd == "cancel":
+            from rl.launch import cancel
+
+            for line in cancel(rd):
+                print(f"cancelled {line}")
+            return 0
+        if args.cmd == "status":
+            return _status(rd, args)
+    except SubmitError as e:
+        print(f"sarl: {e}", file=sys.stderr)
+        return 1
+    raise AssertionError(args.cmd)
+
+
+def _print_submitted(subs: list, run_dir: Path) -> None:
+    for s in subs:
+        n = len(s.tasks)
+        print(f"Submitted {s.role} job {s.label} ({n} task{'s' if n != 1 else ''})")
+    if subs:
+        print(f"run directory: {run_dir}", file=sys.stderr)
+
+
+def _status(rd: object, args: argparse.Namespace) -> int:
+    from rl.status import render, run_status
+
+    if not args.wait:
+        st = run_status(rd)  # type: ignore[arg-type]
+        print(json.dumps(st, indent=1) if args.json else render(st, args.all))
+        return 0
+    from tqdm import tqdm
+
+    st = run_status(rd)  # type: ignore[arg-type]
+    total = sum(r["tasks"] for r in st["roles"].values())
+    bar = tqdm(total=total, unit="task", desc="tasks done", file=sys.stderr)
+    while True:
+        counts = [r["counts"] for r in st["roles"].values()]
+        done = sum(c["done"] for c in counts)
+        failed = sum(c["failed"] for c in counts)
+        bar.n = done
+        bar.set_postfix(running=sum(c["running"] for c in counts), failed=failed)
+        bar.refresh()
+        if done + failed >= total:
+            break
+        time.sleep(1.0)
+        st = run_status(rd)  # type: ignore[arg-type]
+    bar.close()
+    print(render(st, args.all))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

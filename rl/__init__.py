@@ -1,0 +1,1 @@
+"""Config, run directory, scheduling, and (as they land) algorithms, rewards, tasks, store and learner."""

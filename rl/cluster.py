@@ -1,0 +1,234 @@
+"""Submitting roles through submitit, and asking the scheduler about them.
+
+Executors are chosen by the config's `executor.type`, never by what happens to
+be installed: a machine with a Slurm client still runs a `local` run locally.
+
+* `slurm`: `submitit.SlurmExecutor`; one job array per submission.
+* `local`: `submitit.LocalExecutor`, but each task's controller is started in
+  a session of its own, so that it outlives the shell that ran `sarl submit`
+  (as an sbatch job would), and without the submitting shell's SLURM_*
+  variables (which would make the job believe it runs under Slurm).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+from submitit.core.utils import JobPaths
+
+from rl.config import Config, RoleConfig, SlurmExecutor
+from rl.role import Role
+from rl.rundir import RunDir
+
+ROLE_CLASSES = {"smoke": "jobs.smoke:Smoke"}
+
+LIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING",
+               "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
+
+
+class SubmitError(RuntimeError):
+    """The scheduler refused a submission."""
+
+
+def role_class(name: str) -> type[Role]:
+    module, _, attr = ROLE_CLASSES[name].partition(":")
+    cls: type[Role] = getattr(importlib.import_module(module), attr)
+    return cls
+
+
+# ------------------------------------------------------------------ executors
+
+
+class DetachedLocalExecutor(submitit.LocalExecutor):
+    """submitit's local executor, with each controller in a new session."""
+
+    def _submit_command(self, command: str) -> submitit.local.local.LocalJob[Any]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
+        env.update(
+            SUBMITIT_LOCAL_NTASKS="1",
+            SUBMITIT_LOCAL_COMMAND=command,
+            SUBMITIT_LOCAL_TIMEOUT_S=str(int(60 * self.parameters.get("timeout_min", 60))),
+            SUBMITIT_LOCAL_SIGNAL_DELAY_S=str(int(self.parameters.get("signal_delay_s", 30))),
+            SUBMITIT_LOCAL_NODEID="0",
+            SUBMITIT_LOCAL_JOB_NUM_NODES="1",
+            SUBMITIT_STDERR_TO_STDOUT="",
+            SUBMITIT_EXECUTOR="local",
+            SUBMITIT_LOCAL_WITH_SHELL="",
+        )
+        self.folder.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.folder.parent / "local-controllers.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "submitit.local._local", str(self.folder)],
+                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return submitit.local.local.LocalJob(folder=self.folder, job_id=str(proc.pid), process=proc, tasks=[0])
+
+
+def make_executor(cfg: Config, role: str, role_cfg: RoleConfig, folder: Path) -> submitit.Executor:
+    job = role_cfg.job
+    if isinstance(cfg.executor, SlurmExecutor):
+        ex = cfg.executor
+        slurm = submitit.SlurmExecutor(folder=folder, max_num_timeout=ex.max_timeouts)
+        params: dict[str, Any] = dict(
+            job_name=f"sarl-{cfg.run.name}-{role}",
+            time=job.time_min,
+            nodes=job.nodes,
+            ntasks_per_node=1,
+            cpus_per_task=job.cpus_per_task,
+            mem=f"{int(job.mem_gb * 1024)}M",
+            signal_delay_s=ex.signal_delay_s,
+            array_parallelism=job.array_parallelism or role_cfg.tasks,
+            setup=list(ex.setup),
+            additional_parameters=dict(ex.extra_sbatch),
+        )
+        for key, value in (("partition", job.partition or ex.partition), ("account", ex.account), ("qos", ex.qos)):
+            if value:
+                params[key] = value
+        if job.gpus_per_task:
+            params["gpus_per_node"] = job.gpus_per_task
+        slurm.update_parameters(**params)
+        return slurm
+    local = DetachedLocalExecutor(folder=folder, max_num_timeout=1000)
+    local.update_parameters(timeout_min=job.time_min, signal_delay_s=30)
+    return local
+
+
+# ------------------------------------------------------------------ submit
+
+
+def submit_role(rd: RunDir, cfg: Config, role: str, tasks: list[int]) -> dict[str, Any]:
+    """Submit `tasks` of `role` as one job array; record and return the submission."""
+    role_cfg = cfg.roles()[role]
+    folder = rd.logs(role)
+    folder.mkdir(parents=True, exist_ok=True)
+    executor = make_executor(cfg, role, role_cfg, folder / "%j")
+    fn = role_class(role)(str(rd.path))
+    try:
+        jobs = executor.map_array(fn, tasks)
+    except Exception as e:  # submitit raises plain exceptions with sbatch's stderr
+        raise SubmitError(f"{role}: submission failed: {e}") from None
+    record: dict[str, Any] = {"role": role, "executor": cfg.executor.type, "tasks": tasks,
+                              "submitted_at": time.time()}
+    if cfg.executor.type == "slurm":
+        record["job_id"] = jobs[0].job_id.split("_")[0]
+    else:
+        record["job_ids"] = [j.job_id for j in jobs]
+    rd.add_submission(role, record)
+    return record
+
+
+def submission_label(record: dict[str, Any]) -> str:
+    if "job_id" in record:
+        return str(record["job_id"])
+    ids = record["job_ids"]
+    return f"local pid {ids[0]}" if len(ids) == 1 else f"local pids {ids[0]}..{ids[-1]}"
+
+
+# ------------------------------------------------------------------ query
+
+
+def _run(cmd: list[str]) -> str:
+    try:
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    except (FileNotFoundError, subprocess.TimeoutExpired) as e:
+        raise SubmitError(f"{cmd[0]}: {e}") from None
+    if out.returncode != 0:
+        raise SubmitError(f"{' '.join(cmd[:2])}...: {out.stderr.strip()}")
+    return out.stdout
+
+
+def slurm_states(job_ids: list[str]) -> dict[str, dict[str, str]]:
+    """State of every array task of the given jobs: `{"12_3": {...}}`. squeue
+    is authoritative for live tasks, sacct for finished ones."""
+    if not job_ids:
+        return {}
+    ids = ",".join(job_ids)
+    out: dict[str, dict[str, str]] = {}
+    for line in _run(["sacct", "-X", "-n", "-P", "-j", ids,
+                      "-o", "JobID,State,ExitCode,Reason,NodeList"]).splitlines():
+        jid, state, code, reason, node = (line.split("|") + [""] * 5)[:5]
+        if "[" in jid:  # an unsplit pending array range: squeue expands it
+            continue
+        out[jid] = {"state": state.split()[0] if state else "UNKNOWN", "detail": state,
+                    "exit_code": code, "reason": reason, "node": node}
+    for line in _run(["squeue", "-h", "-r", "-j", ids, "-o", "%i|%T|%r|%N"]).splitlines():
+        jid, state, reason, node = (line.split("|") + [""] * 4)[:4]
+        out[jid] = {"state": state, "detail": state, "exit_code": "", "reason": reason, "node": node}
+    return out
+
+
+def _pid_is_controller(pid: int) -> bool:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return b"submitit.local._local" in cmdline
+
+
+def local_state(rd: RunDir, record: dict[str, Any], index: int) -> dict[str, str]:
+    job_id = record["job_ids"][index]
+    if _pid_is_controller(int(job_id)):
+        return {"state": "RUNNING", "detail": "RUNNING", "exit_code": "", "reason": "", "node": "localhost"}
+    if record.get("cancelled_at"):
+        return {"state": "CANCELLED", "detail": "CANCELLED by sarl cancel", "exit_code": "", "reason": "",
+                "node": "localhost"}
+    paths = JobPaths(rd.logs(record["role"]) / "%j", job_id, 0)
+    outcome = _result(paths.result_pickle)
+    if outcome == "success":
+        return {"state": "COMPLETED", "detail": "COMPLETED", "exit_code": "0", "reason": "", "node": "localhost"}
+    if outcome is not None:
+        return {"state": "FAILED", "detail": "FAILED", "exit_code": "", "reason": "", "node": "localhost"}
+    return {"state": "DIED", "detail": "process ended without a result (killed?)", "exit_code": "",
+            "reason": "", "node": "localhost"}
+
+
+def _result(path: Path) -> str | None:
+    """'success', the error text, or None when the job wrote no result."""
+    try:
+        with open(path, "rb") as f:
+            kind, value = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, ValueError, AttributeError, ModuleNotFoundError):
+        return None
+    return "success" if kind == "success" else str(value)
+
+
+def failure_text(rd: RunDir, record: dict[str, Any], job_id: str) -> str:
+    """The last line of the job's error: its exception, else its stderr."""
+    paths = JobPaths(rd.logs(record["role"]) / "%j", job_id, 0)
+    outcome = _result(paths.result_pickle)
+    lines: list[str] = []
+    if outcome and outcome != "success":
+        lines = [ln for ln in outcome.strip().splitlines() if ln.strip()]
+    elif paths.stderr.exists():
+        lines = [ln for ln in paths.stderr.read_text(errors="replace").splitlines()
+                 if ln.strip() and "submitit" not in ln]
+    return lines[-1].strip()[:300] if lines else ""
+
+
+# ------------------------------------------------------------------ cancel
+
+
+def cancel_submission(record: dict[str, Any]) -> None:
+    if record["executor"] == "slurm":
+        _run(["scancel", str(record["job_id"])])
+        return
+    pids = [int(p) for p in record["job_ids"] if _pid_is_controller(int(p))]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.killpg(pid, sig)  # the controller leads its own session and group
+            except ProcessLookupError:
+                pass
+        deadline = time.time() + 5
+        while sig == signal.SIGTERM and time.time() < deadline and any(_pid_is_controller(p) for p in pids):
+            time.sleep(0.1)

@@ -1,0 +1,126 @@
+"""What every role has in common: a checkpointable callable, one task of a job
+array, whose state lives in the run directory.
+
+A role object is pickled by submitit and unpickled in the job. It carries only
+the run directory's path and its own name; everything else (config, progress)
+is read from the run directory when the task starts, so a task that is killed
+at any instant and started again continues from its last committed state.
+
+State is committed with `commit()`, an atomic replace of one JSON file per
+task. On USR2 (time limit near, or preemption) submitit calls `checkpoint()`
+from a signal handler: it writes the last committed state once more, with the
+event recorded, and asks submitit to requeue the same task.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import submitit
+
+from rl.config import Config, LocalExecutor, RoleConfig
+from rl.rundir import RunDir, read_json, write_json
+
+
+def current_job_id() -> str:
+    """The scheduler's id of this task (`123_4` for an array task), or the pid."""
+    try:
+        return str(submitit.JobEnvironment().job_id)
+    except RuntimeError:
+        return f"pid-{os.getpid()}"
+
+
+class Role(submitit.helpers.Checkpointable):
+    """Base of the roles. Subclasses implement `run(task)` and commit progress
+    with `commit(**changes)`; `self.state` is the last committed state."""
+
+    name: str = "role"
+
+    def __init__(self, run_dir: str):
+        self.run_dir = str(run_dir)
+        self.state: dict[str, Any] = {}
+        self.task = -1
+
+    # ------------------------------------------------------------ lifecycle
+    def __call__(self, task: int) -> dict[str, Any]:
+        self.task = task
+        rd = RunDir(self.run_dir)
+        cfg = rd.config()
+        role_cfg = cfg.roles()[self.name]
+        with self._local_slot(cfg, role_cfg):
+            self.state = read_json(rd.state_path(self.name, task)) or self.initial_state(role_cfg)
+            if self.state.get("done"):
+                return self.state.get("result", {})
+            start = {"job_id": current_job_id(), "host": socket.gethostname(), "at": time.time(),
+                     "from": self.progress()}
+            self.commit(starts=[*self.state.get("starts", []), start])
+            result = self.run(cfg, role_cfg)
+            self.commit(done=True, result=result)
+            return result
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        """Called by submitit on USR2: save the state, then requeue this task."""
+        if self.task >= 0 and self.state:
+            self.commit(checkpoints=self.state.get("checkpoints", 0) + 1)
+        return super().checkpoint(*args, **kwargs)
+
+    # --------------------------------------------------------------- hooks
+    def initial_state(self, role_cfg: RoleConfig) -> dict[str, Any]:
+        return {"task": self.task, "done": False, "starts": [], "checkpoints": 0}
+
+    def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def progress(self) -> str:
+        """A short human-readable progress string, shown by `sarl status`."""
+        return ""
+
+    # ---------------------------------------------------------------- state
+    def commit(self, **changes: Any) -> None:
+        """Atomically persist the state with `changes` applied, then beat."""
+        # Assign before writing: a signal handler that runs between the two
+        # then checkpoints the new state, never the one before it.
+        self.state = {**self.state, **changes, "updated_at": time.time()}
+        write_json(RunDir(self.run_dir).state_path(self.name, self.task), self.state)
+        self.beat()
+
+    def beat(self, **info: Any) -> None:
+        """Record a sign of life: when, where, which job, how far."""
+        rd = RunDir(self.run_dir)
+        write_json(rd.heartbeat_path(self.name, self.task), {
+            "at": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
+            "job_id": current_job_id(), "progress": self.progress(), **info})
+
+    # --------------------------------------------------- local parallelism
+    @contextlib.contextmanager
+    def _local_slot(self, cfg: Config, role_cfg: RoleConfig) -> Any:
+        """Under the local executor, hold one of `array_parallelism` slot
+        locks while running (Slurm enforces `%N` itself). The lock dies with
+        the process, so a killed task frees its slot."""
+        limit = role_cfg.job.array_parallelism
+        if not isinstance(cfg.executor, LocalExecutor) or limit is None:
+            yield
+            return
+        folder = Path(self.run_dir) / "logs" / self.name / "slots"
+        folder.mkdir(parents=True, exist_ok=True)
+        while True:
+            for k in range(limit):
+                f = open(folder / f"slot-{k}.lock", "a")  # noqa: SIM115 (held until the task ends)
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    f.close()
+                    continue
+                try:
+                    yield
+                finally:
+                    f.close()
+                return
+            self.beat(waiting="for a local slot")
+            time.sleep(0.5)

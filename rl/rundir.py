@@ -1,0 +1,169 @@
+"""The run directory: the single source of truth of a run.
+
+    runs/NAME/
+      run.toml          resolved config, frozen at the first submit
+      config-history.jsonl  mid-run-safe changes accepted since, one line each
+      store.zarr/       the exchange between roles
+      checkpoints/      role state: ROLE/task-NNNNNN.json, learner checkpoints
+      heartbeats/       ROLE/task-NNNNNN.json: last sign of life of each task
+      submissions/      ROLE/NNNN.json: one record per submitted job or array
+      endpoints/        generator heartbeats (host, port, version)
+      tb/               TensorBoard event files, one folder per role
+      logs/             submitit folders, ROLE/ per role
+
+Every file is written under a private temporary name and renamed into place,
+so a reader sees the old content or the new one, never a torn write.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rl.config import Config, ConfigError, dump_toml, load_config, to_plain, unsafe_changes, validate_config
+
+SUBDIRS = ("store.zarr", "checkpoints", "heartbeats", "submissions", "endpoints", "tb", "logs")
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
+    """Write `data` to `path` through a temporary file and one rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def write_json(path: Path, obj: Any) -> None:
+    atomic_write(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    """The content of a JSON file, or None when it does not exist."""
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return None
+
+
+class RunDir:
+    """Paths and records of one run directory."""
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path).resolve()
+
+    # ---------------------------------------------------------------- paths
+    @property
+    def config_path(self) -> Path:
+        return self.path / "run.toml"
+
+    def logs(self, role: str) -> Path:
+        return self.path / "logs" / role
+
+    def state_path(self, role: str, task: int) -> Path:
+        return self.path / "checkpoints" / role / f"task-{task:06d}.json"
+
+    def heartbeat_path(self, role: str, task: int) -> Path:
+        return self.path / "heartbeats" / role / f"task-{task:06d}.json"
+
+    def exists(self) -> bool:
+        return self.config_path.is_file()
+
+    # --------------------------------------------------------------- config
+    def config(self) -> Config:
+        """The frozen config of the run."""
+        if not self.exists():
+            raise ConfigError(f"{self.path}: not a run directory (no run.toml)")
+        return load_config(self.config_path, base_dir=self.path)
+
+    def create(self, cfg: Config) -> None:
+        """Create the run directory with its frozen config, all at once: it is
+        built under a temporary name and renamed into place."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}.creating."))
+        try:
+            for sub in SUBDIRS:
+                (tmp / sub).mkdir()
+            atomic_write(tmp / "run.toml", dump_toml(cfg))
+            os.rename(tmp, self.path)  # fails if another submit created it first
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+
+    def accept(self, new: Config, source: str) -> list[str]:
+        """Check a config against the frozen one. Mid-run-safe changes are
+        written into run.toml (and logged); any other change is refused."""
+        old = self.config()
+        safe, unsafe = unsafe_changes(old, new)
+        if unsafe:
+            raise ConfigError(
+                f"{source}: differs from the frozen {self.config_path} in keys that cannot change mid-run: "
+                + ", ".join(unsafe)
+                + ". Start a new run (another run.name) or undo these changes."
+            )
+        if safe:
+            atomic_write(self.config_path, dump_toml(new))
+            with open(self.path / "config-history.jsonl", "a") as f:
+                f.write(json.dumps({"at": time.time(), "changed": safe, "config": to_plain(new)}) + "\n")
+        return safe
+
+    def with_overrides(self, overrides: list[str], cluster: str | None) -> Config:
+        """The frozen config with `--set` / `--cluster` applied and validated."""
+        import tomllib
+
+        from rl.config import _merge, parse_overrides
+
+        raw = tomllib.loads(self.config_path.read_text())
+        if overrides:
+            raw = _merge(raw, parse_overrides(overrides))
+        return validate_config(raw, f"{self.config_path} (with --set)", cluster=cluster, base_dir=self.path)
+
+    # ----------------------------------------------------------- submissions
+    @contextlib.contextmanager
+    def lock(self) -> Iterator[None]:
+        """Serialise the commands that submit or cancel jobs of this run."""
+        with open(self.path / ".lock", "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def submissions(self, role: str) -> list[dict[str, Any]]:
+        """Submission records of a role, oldest first."""
+        folder = self.path / "submissions" / role
+        if not folder.is_dir():
+            return []
+        out = []
+        for p in sorted(folder.glob("[0-9]*.json")):
+            rec = read_json(p)
+            if rec is not None:
+                rec["_path"] = str(p)
+                out.append(rec)
+        return out
+
+    def add_submission(self, role: str, record: dict[str, Any]) -> Path:
+        n = len(self.submissions(role))
+        path = self.path / "submissions" / role / f"{n:04d}.json"
+        write_json(path, record)
+        return path
+
+    def mark_cancelled(self, record: dict[str, Any]) -> None:
+        rec = {k: v for k, v in record.items() if k != "_path"}
+        rec["cancelled_at"] = time.time()
+        write_json(Path(record["_path"]), rec)

@@ -1,0 +1,181 @@
+"""`sarl status`: what each role's tasks are doing, from the run directory and
+the scheduler alone (so it works from any login node, after the submitting
+shell is gone).
+
+A task's status joins three sources:
+  * its committed state in checkpoints/ROLE/ (done? how far? how often started)
+  * its heartbeat in heartbeats/ROLE/ (last sign of life)
+  * the scheduler's view of the newest submission that included it
+    (Slurm: squeue for live tasks, sacct for finished ones; local: the
+    controller process and submitit's result file).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from rl.cluster import LIVE_STATES, failure_text, local_state, slurm_states, submission_label
+from rl.rundir import RunDir, read_json
+
+
+@dataclass
+class TaskStatus:
+    task: int
+    status: str
+    """DONE, NOT_SUBMITTED, a live scheduler state (PENDING, RUNNING, ...), or
+    the failure state (FAILED, CANCELLED, TIMEOUT, NODE_FAIL, DIED, ...)."""
+    job_id: str = ""
+    reason: str = ""
+    progress: str = ""
+    heartbeat_age_s: float | None = None
+    starts: int = 0
+    checkpoints: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.status in LIVE_STATES
+
+    @property
+    def failed(self) -> bool:
+        return not self.live and self.status not in ("DONE", "NOT_SUBMITTED")
+
+
+@dataclass
+class RoleStatus:
+    role: str
+    tasks: int
+    job_ids: list[str] = field(default_factory=list)
+    detail: list[TaskStatus] = field(default_factory=list)
+
+    def count(self, pred: Any) -> int:
+        return sum(1 for t in self.detail if pred(t))
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {
+            "done": self.count(lambda t: t.status == "DONE"),
+            "running": self.count(lambda t: t.status == "RUNNING"),
+            "pending": self.count(lambda t: t.live and t.status != "RUNNING"),
+            "failed": self.count(lambda t: t.failed),
+            "not_submitted": self.count(lambda t: t.status == "NOT_SUBMITTED"),
+        }
+
+    @property
+    def last_heartbeat_s(self) -> float | None:
+        ages = [t.heartbeat_age_s for t in self.detail if t.heartbeat_age_s is not None]
+        return min(ages) if ages else None
+
+
+def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) -> RoleStatus:
+    now = time.time() if now is None else now
+    records = rd.submissions(role)
+    out = RoleStatus(role=role, tasks=ntasks, job_ids=[submission_label(r) for r in records])
+    latest: dict[int, tuple[dict[str, Any], int]] = {}  # task -> (record, index in its array)
+    for rec in records:
+        for i, t in enumerate(rec["tasks"]):
+            latest[t] = (rec, i)
+    slurm_ids = sorted({str(r["job_id"]) for r, _ in latest.values() if r["executor"] == "slurm"})
+    sstates = slurm_states(slurm_ids)
+    for task in range(ntasks):
+        state = read_json(rd.state_path(role, task)) or {}
+        beat = read_json(rd.heartbeat_path(role, task)) or {}
+        ts = TaskStatus(task=task, status="NOT_SUBMITTED", progress=beat.get("progress", ""),
+                        heartbeat_age_s=round(now - beat["at"], 1) if "at" in beat else None,
+                        starts=len(state.get("starts", [])), checkpoints=state.get("checkpoints", 0))
+        if beat.get("waiting"):
+            ts.progress = f"waiting {beat['waiting']}"
+        if task in latest:
+            rec, idx = latest[task]
+            if rec["executor"] == "slurm":
+                ts.job_id = f"{rec['job_id']}_{idx}"
+                sched = sstates.get(ts.job_id, {"state": "SUBMITTED", "detail": "SUBMITTED", "exit_code": "",
+                                                "reason": "not yet visible in squeue/sacct", "node": ""})
+            else:
+                ts.job_id = f"pid {rec['job_ids'][idx]}"
+                sched = local_state(rd, rec, idx)
+            ts.status = sched["state"]
+            if ts.status == "SUBMITTED":
+                ts.status = "PENDING"
+            if ts.live:
+                if sched["reason"] not in ("", "None"):
+                    ts.reason = sched["reason"]
+            elif not state.get("done"):
+                job = ts.job_id if rec["executor"] == "slurm" else rec["job_ids"][idx]
+                why = [sched["detail"]]
+                if sched["exit_code"] not in ("", "0:0", "0"):
+                    why.append(f"exit {sched['exit_code']}")
+                if sched["reason"] not in ("", "None"):
+                    why.append(sched["reason"])
+                err = failure_text(rd, rec, job)
+                if err:
+                    why.append(err)
+                if ts.status == "COMPLETED":  # the job ended, the role did not finish
+                    ts.status = "FAILED"
+                    why.insert(0, "job completed without finishing the task")
+                ts.reason = "; ".join(w for w in why if w)
+        if state.get("done"):
+            ts.status = "DONE"
+        out.detail.append(ts)
+    return out
+
+
+def run_status(rd: RunDir) -> dict[str, Any]:
+    cfg = rd.config()
+    roles = [role_status(rd, name, rc.tasks) for name, rc in cfg.roles().items()]
+    return {
+        "run_dir": str(rd.path),
+        "name": cfg.run.name,
+        "executor": cfg.executor.type,
+        "roles": {
+            r.role: {
+                "tasks": r.tasks,
+                "job_ids": r.job_ids,
+                "counts": r.counts,
+                "last_heartbeat_s": r.last_heartbeat_s,
+                "detail": [asdict(t) for t in r.detail],
+            }
+            for r in roles
+        },
+    }
+
+
+def _age(s: float | None) -> str:
+    if s is None:
+        return "never"
+    if s < 120:
+        return f"{s:.0f}s ago"
+    if s < 7200:
+        return f"{s / 60:.0f}m ago"
+    return f"{s / 3600:.1f}h ago"
+
+
+def render(st: dict[str, Any], all_tasks: bool = False) -> str:
+    lines = [f"run {st['name']}  ({st['run_dir']}, executor {st['executor']})", ""]
+    header = f"{'ROLE':<12}{'TASKS':>6}{'DONE':>6}{'RUN':>6}{'PEND':>6}{'FAIL':>6}  {'LAST BEAT':<11} JOBS"
+    lines.append(header)
+    for name, r in st["roles"].items():
+        c = r["counts"]
+        pend = c["pending"] + c["not_submitted"]
+        lines.append(f"{name:<12}{r['tasks']:>6}{c['done']:>6}{c['running']:>6}{pend:>6}{c['failed']:>6}  "
+                     f"{_age(r['last_heartbeat_s']):<11} {', '.join(r['job_ids']) or '-'}")
+    failed_any = False
+    for name, r in st["roles"].items():
+        shown = [t for t in r["detail"]
+                 if all_tasks or t["status"] not in ("DONE",) and (len(r["detail"]) <= 16 or t["status"] != "PENDING")]
+        if not shown:
+            continue
+        lines += ["", f"{name} tasks:"]
+        for t in shown:
+            beat = f", beat {_age(t['heartbeat_age_s'])}" if t["heartbeat_age_s"] is not None else ""
+            restarts = f", started {t['starts']}x" if t["starts"] > 1 else ""
+            ck = f", {t['checkpoints']} checkpoint(s)" if t["checkpoints"] else ""
+            lines.append(f"  {t['task']:>5}  {t['status']:<13} {t['job_id']:<14} {t['progress']}{beat}{restarts}{ck}")
+            if t["reason"]:
+                lines.append(f"         why: {t['reason']}")
+            failed_any |= t["status"] not in ("DONE", "NOT_SUBMITTED", "RUNNING", "PENDING", "REQUEUED") and \
+                bool(t["reason"])
+    if failed_any:
+        lines += ["", f"Failed tasks keep their state; `sarl resume {st['run_dir']}` resubmits them."]
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Sandbox backends, pools and the resident executor (see the Sandboxes section of the README)."""
