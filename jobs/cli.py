@@ -15,10 +15,17 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     def overrides(q: argparse.ArgumentParser) -> None:
-        q.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="override a config key (TOML value), e.g. --set smoke.steps=20; repeatable")
-        q.add_argument("--cluster", choices=("local", "slurm"),
-                       help="where jobs run; replaces executor.type of the config")
+        q.add_argument(
+            "--set",
+            dest="overrides",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="override a config key (TOML value), e.g. --set smoke.steps=20; repeatable",
+        )
+        q.add_argument(
+            "--cluster", choices=("local", "slurm"), help="where jobs run; replaces executor.type of the config"
+        )
 
     q = sub.add_parser("submit", help="create (or resume) a run and submit its jobs; returns at once")
     q.add_argument("config", type=Path, metavar="RUN.toml")
@@ -28,8 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     q.add_argument("--json", action="store_true", help="print one JSON object")
     q.add_argument("--all", action="store_true", help="list every task, done ones included")
-    q.add_argument("--wait", action="store_true",
-                   help="show a progress bar until every task is done or failed; exit 1 if any failed")
+    q.add_argument(
+        "--wait",
+        action="store_true",
+        help="show a progress bar until every task is done or failed; exit 1 if any failed",
+    )
 
     q = sub.add_parser("cancel", help="cancel every job of a run (their state stays; resume continues)")
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -105,8 +115,8 @@ def _dispatch(args: argparse.Namespace) -> int:
         if args.cmd == "resume":
             from rl.launch import resume
 
-            cfg = rd.with_overrides(args.overrides, args.cluster) if args.overrides or args.cluster else None
-            subs = resume(rd, cfg, f"{rd.config_path} (with --set)")
+            new = rd.with_overrides(args.overrides, args.cluster) if args.overrides or args.cluster else None
+            subs = resume(rd, new, f"{rd.config_path} (with --set)")
             _print_submitted(subs, rd.path)
             if not subs:
                 print("nothing to resubmit: every task is done or alive", file=sys.stderr)

@@ -28,6 +28,8 @@ class Smoke(Role):
     def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
         assert isinstance(role_cfg, SmokeRole)
         while self.state["step"] < role_cfg.steps:
+            if self.task in role_cfg.fail_tasks and self.state["step"] >= role_cfg.steps // 2:
+                raise RuntimeError(f"smoke task {self.task} fails at step {self.state['step']} (smoke.fail_tasks)")
             time.sleep(role_cfg.step_s)
             self.commit(step=self.state["step"] + 1)
         return {"task": self.task, "steps": self.state["step"], "starts": len(self.state["starts"])}

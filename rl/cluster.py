@@ -12,9 +12,12 @@ be installed: a machine with a Slurm client still runs a `local` run locally.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import pickle
+import pwd
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +27,7 @@ from typing import Any
 
 import submitit
 from submitit.core.utils import JobPaths
+from submitit.local.local import LocalJob
 
 from rl.config import Config, RoleConfig, SlurmExecutor
 from rl.role import Role
@@ -31,8 +35,20 @@ from rl.rundir import RunDir
 
 ROLE_CLASSES = {"smoke": "jobs.smoke:Smoke"}
 
-LIVE_STATES = {"PENDING", "RUNNING", "REQUEUED", "CONFIGURING", "COMPLETING", "SUSPENDED", "RESIZING",
-               "REQUEUE_HOLD", "REQUEUE_FED", "SIGNALING", "STAGE_OUT", "RESV_DEL_HOLD"}
+LIVE_STATES = {
+    "PENDING",
+    "RUNNING",
+    "REQUEUED",
+    "CONFIGURING",
+    "COMPLETING",
+    "SUSPENDED",
+    "RESIZING",
+    "REQUEUE_HOLD",
+    "REQUEUE_FED",
+    "SIGNALING",
+    "STAGE_OUT",
+    "RESV_DEL_HOLD",
+}
 
 
 class SubmitError(RuntimeError):
@@ -51,7 +67,7 @@ def role_class(name: str) -> type[Role]:
 class DetachedLocalExecutor(submitit.LocalExecutor):
     """submitit's local executor, with each controller in a new session."""
 
-    def _submit_command(self, command: str) -> submitit.local.local.LocalJob[Any]:
+    def _submit_command(self, command: str) -> LocalJob[Any]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
         env.update(
             SUBMITIT_LOCAL_NTASKS="1",
@@ -68,10 +84,13 @@ class DetachedLocalExecutor(submitit.LocalExecutor):
         with open(self.folder.parent / "local-controllers.log", "ab") as log:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "submitit.local._local", str(self.folder)],
-                env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        return submitit.local.local.LocalJob(folder=self.folder, job_id=str(proc.pid), process=proc, tasks=[0])
+        return LocalJob(folder=self.folder, job_id=str(proc.pid), process=proc, tasks=[0])
 
 
 def make_executor(cfg: Config, role: str, role_cfg: RoleConfig, folder: Path) -> submitit.Executor:
@@ -117,20 +136,20 @@ def submit_role(rd: RunDir, cfg: Config, role: str, tasks: list[int]) -> dict[st
         jobs = executor.map_array(fn, tasks)
     except Exception as e:  # submitit raises plain exceptions with sbatch's stderr
         raise SubmitError(f"{role}: submission failed: {e}") from None
-    record: dict[str, Any] = {"role": role, "executor": cfg.executor.type, "tasks": tasks,
-                              "submitted_at": time.time()}
+    record: dict[str, Any] = {"role": role, "executor": cfg.executor.type, "tasks": tasks, "submitted_at": time.time()}
+    # one id per task: `12_3` for array tasks, `12` when submitit submitted a
+    # single task as a plain job, the controller's pid for local jobs
+    record["job_ids"] = [j.job_id for j in jobs]
     if cfg.executor.type == "slurm":
         record["job_id"] = jobs[0].job_id.split("_")[0]
-    else:
-        record["job_ids"] = [j.job_id for j in jobs]
     rd.add_submission(role, record)
     return record
 
 
 def submission_label(record: dict[str, Any]) -> str:
-    if "job_id" in record:
-        return str(record["job_id"])
     ids = record["job_ids"]
+    if record["executor"] == "slurm":
+        return str(record["job_id"])
     return f"local pid {ids[0]}" if len(ids) == 1 else f"local pids {ids[0]}..{ids[-1]}"
 
 
@@ -154,17 +173,32 @@ def slurm_states(job_ids: list[str]) -> dict[str, dict[str, str]]:
         return {}
     ids = ",".join(job_ids)
     out: dict[str, dict[str, str]] = {}
-    for line in _run(["sacct", "-X", "-n", "-P", "-j", ids,
-                      "-o", "JobID,State,ExitCode,Reason,NodeList"]).splitlines():
+    for line in _run(["sacct", "-X", "-n", "-P", "-j", ids, "-o", "JobID,State,ExitCode,Reason,NodeList"]).splitlines():
         jid, state, code, reason, node = (line.split("|") + [""] * 5)[:5]
         if "[" in jid:  # an unsplit pending array range: squeue expands it
             continue
-        out[jid] = {"state": state.split()[0] if state else "UNKNOWN", "detail": state,
-                    "exit_code": code, "reason": reason, "node": node}
+        out[jid] = {
+            "state": state.split()[0] if state else "UNKNOWN",
+            "detail": _name_uid(state),
+            "exit_code": code,
+            "reason": reason,
+            "node": node,
+        }
     for line in _run(["squeue", "-h", "-r", "-j", ids, "-o", "%i|%T|%r|%N"]).splitlines():
         jid, state, reason, node = (line.split("|") + [""] * 4)[:4]
         out[jid] = {"state": state, "detail": state, "exit_code": "", "reason": reason, "node": node}
     return out
+
+
+def _name_uid(state: str) -> str:
+    """sacct says `CANCELLED by 1234`: name the user."""
+    m = re.fullmatch(r"(\w+) by (\d+)", state)
+    if not m:
+        return state
+    try:
+        return f"{m[1]} by {pwd.getpwuid(int(m[2])).pw_name} (uid {m[2]})"
+    except KeyError:
+        return state
 
 
 def _pid_is_controller(pid: int) -> bool:
@@ -180,16 +214,26 @@ def local_state(rd: RunDir, record: dict[str, Any], index: int) -> dict[str, str
     if _pid_is_controller(int(job_id)):
         return {"state": "RUNNING", "detail": "RUNNING", "exit_code": "", "reason": "", "node": "localhost"}
     if record.get("cancelled_at"):
-        return {"state": "CANCELLED", "detail": "CANCELLED by sarl cancel", "exit_code": "", "reason": "",
-                "node": "localhost"}
+        return {
+            "state": "CANCELLED",
+            "detail": "CANCELLED by sarl cancel",
+            "exit_code": "",
+            "reason": "",
+            "node": "localhost",
+        }
     paths = JobPaths(rd.logs(record["role"]) / "%j", job_id, 0)
     outcome = _result(paths.result_pickle)
     if outcome == "success":
         return {"state": "COMPLETED", "detail": "COMPLETED", "exit_code": "0", "reason": "", "node": "localhost"}
     if outcome is not None:
         return {"state": "FAILED", "detail": "FAILED", "exit_code": "", "reason": "", "node": "localhost"}
-    return {"state": "DIED", "detail": "process ended without a result (killed?)", "exit_code": "",
-            "reason": "", "node": "localhost"}
+    return {
+        "state": "DIED",
+        "detail": "process ended without a result (killed?)",
+        "exit_code": "",
+        "reason": "",
+        "node": "localhost",
+    }
 
 
 def _result(path: Path) -> str | None:
@@ -210,8 +254,9 @@ def failure_text(rd: RunDir, record: dict[str, Any], job_id: str) -> str:
     if outcome and outcome != "success":
         lines = [ln for ln in outcome.strip().splitlines() if ln.strip()]
     elif paths.stderr.exists():
-        lines = [ln for ln in paths.stderr.read_text(errors="replace").splitlines()
-                 if ln.strip() and "submitit" not in ln]
+        lines = [
+            ln for ln in paths.stderr.read_text(errors="replace").splitlines() if ln.strip() and "submitit" not in ln
+        ]
     return lines[-1].strip()[:300] if lines else ""
 
 
@@ -225,10 +270,8 @@ def cancel_submission(record: dict[str, Any]) -> None:
     pids = [int(p) for p in record["job_ids"] if _pid_is_controller(int(p))]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, sig)  # the controller leads its own session and group
-            except ProcessLookupError:
-                pass
         deadline = time.time() + 5
         while sig == signal.SIGTERM and time.time() < deadline and any(_pid_is_controller(p) for p in pids):
             time.sleep(0.1)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.json_schema import JsonDict
 
 __all__ = [
     "Config",
@@ -35,7 +36,7 @@ __all__ = [
     "unsafe_changes",
 ]
 
-SAFE = {"mid_run_safe": True}
+SAFE: JsonDict = {"mid_run_safe": True}
 
 
 class ConfigError(ValueError):
@@ -111,7 +112,7 @@ class RoleConfig(_Model):
 
     tasks: int = Field(1, ge=1, le=100_000)
     """Number of tasks in the role's job array."""
-    job: JobResources = Field(default_factory=JobResources)
+    job: JobResources = JobResources()
     """Scheduler resources of each task."""
 
 
@@ -127,6 +128,9 @@ class SmokeRole(RoleConfig):
     """Steps each task counts before it completes."""
     step_s: float = Field(1.0, ge=0, json_schema_extra=SAFE)
     """Seconds each step takes."""
+    fail_tasks: list[int] = Field(default_factory=list, json_schema_extra=SAFE)
+    """Tasks that raise an error half-way, to check how failures are reported
+    (clear it with `sarl resume RUN_DIR --set smoke.fail_tasks=[]`)."""
 
 
 ROLE_TYPES: dict[str, type[RoleConfig]] = {"smoke": SmokeRole}
@@ -163,12 +167,16 @@ class Config(_Model):
             raise ValueError(f"no role is configured: add a section for one of {sorted(ROLE_TYPES)}")
         for name, role in self.roles().items():
             if isinstance(self.executor, LocalExecutor) and role.job.nodes > 1:
-                raise ValueError(f"{name}.job.nodes = {role.job.nodes} needs executor.type = 'slurm'; "
-                                 "the local executor has one node")
+                raise ValueError(
+                    f"{name}.job.nodes = {role.job.nodes} needs executor.type = 'slurm'; "
+                    "the local executor has one node"
+                )
             if isinstance(self.executor, SlurmExecutor) and self.executor.signal_delay_s >= 60 * role.job.time_min:
-                raise ValueError(f"executor.signal_delay_s = {self.executor.signal_delay_s} is not shorter than "
-                                 f"{name}.job.time_min = {role.job.time_min} minutes: the job would be signalled "
-                                 "before it starts")
+                raise ValueError(
+                    f"executor.signal_delay_s = {self.executor.signal_delay_s} is not shorter than "
+                    f"{name}.job.time_min = {role.job.time_min} minutes: the job would be signalled "
+                    "before it starts"
+                )
         return self
 
     def roles(self) -> dict[str, RoleConfig]:
@@ -262,8 +270,9 @@ def load_config(
     return validate_config(raw, source, cluster=cluster, base_dir=base_dir or Path.cwd())
 
 
-def validate_config(raw: dict[str, Any], source: str, cluster: str | None = None,
-                    base_dir: Path | None = None) -> Config:
+def validate_config(
+    raw: dict[str, Any], source: str, cluster: str | None = None, base_dir: Path | None = None
+) -> Config:
     raw = dict(raw)
     executor = dict(raw.get("executor") or {})
     if cluster is not None:
@@ -275,8 +284,10 @@ def validate_config(raw: dict[str, Any], source: str, cluster: str | None = None
         executor["type"] = cluster
     elif "type" not in executor:
         if shutil.which("sbatch"):
-            raise ConfigError(f"{source}: executor.type: not set, and Slurm is installed on this machine; "
-                              "choose explicitly with --cluster local or --cluster slurm")
+            raise ConfigError(
+                f"{source}: executor.type: not set, and Slurm is installed on this machine; "
+                "choose explicitly with --cluster local or --cluster slurm"
+            )
         executor["type"] = "local"
     raw["executor"] = executor
     try:

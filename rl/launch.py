@@ -78,8 +78,7 @@ def cancel(rd: RunDir) -> list[str]:
             st = role_status(rd, role, rc.tasks)
             live_jobs = {t.job_id for t in st.detail if t.live}
             for rec in rd.submissions(role):
-                ids = ([f"{rec['job_id']}_{i}" for i in range(len(rec["tasks"]))] if "job_id" in rec
-                       else [f"pid {p}" for p in rec["job_ids"]])
+                ids = rec["job_ids"] if rec["executor"] == "slurm" else [f"pid {p}" for p in rec["job_ids"]]
                 if live_jobs.intersection(ids):
                     cancel_submission(rec)
                     rd.mark_cancelled(rec)

@@ -57,8 +57,12 @@ class Role(submitit.helpers.Checkpointable):
             self.state = read_json(rd.state_path(self.name, task)) or self.initial_state(role_cfg)
             if self.state.get("done"):
                 return self.state.get("result", {})
-            start = {"job_id": current_job_id(), "host": socket.gethostname(), "at": time.time(),
-                     "from": self.progress()}
+            start = {
+                "job_id": current_job_id(),
+                "host": socket.gethostname(),
+                "at": time.time(),
+                "from": self.progress(),
+            }
             self.commit(starts=[*self.state.get("starts", []), start])
             result = self.run(cfg, role_cfg)
             self.commit(done=True, result=result)
@@ -93,9 +97,17 @@ class Role(submitit.helpers.Checkpointable):
     def beat(self, **info: Any) -> None:
         """Record a sign of life: when, where, which job, how far."""
         rd = RunDir(self.run_dir)
-        write_json(rd.heartbeat_path(self.name, self.task), {
-            "at": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
-            "job_id": current_job_id(), "progress": self.progress(), **info})
+        write_json(
+            rd.heartbeat_path(self.name, self.task),
+            {
+                "at": time.time(),
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "job_id": current_job_id(),
+                "progress": self.progress(),
+                **info,
+            },
+        )
 
     # --------------------------------------------------- local parallelism
     @contextlib.contextmanager

@@ -81,17 +81,30 @@ def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) ->
     for task in range(ntasks):
         state = read_json(rd.state_path(role, task)) or {}
         beat = read_json(rd.heartbeat_path(role, task)) or {}
-        ts = TaskStatus(task=task, status="NOT_SUBMITTED", progress=beat.get("progress", ""),
-                        heartbeat_age_s=round(now - beat["at"], 1) if "at" in beat else None,
-                        starts=len(state.get("starts", [])), checkpoints=state.get("checkpoints", 0))
+        ts = TaskStatus(
+            task=task,
+            status="NOT_SUBMITTED",
+            progress=beat.get("progress", ""),
+            heartbeat_age_s=round(now - beat["at"], 1) if "at" in beat else None,
+            starts=len(state.get("starts", [])),
+            checkpoints=state.get("checkpoints", 0),
+        )
         if beat.get("waiting"):
             ts.progress = f"waiting {beat['waiting']}"
         if task in latest:
             rec, idx = latest[task]
             if rec["executor"] == "slurm":
-                ts.job_id = f"{rec['job_id']}_{idx}"
-                sched = sstates.get(ts.job_id, {"state": "SUBMITTED", "detail": "SUBMITTED", "exit_code": "",
-                                                "reason": "not yet visible in squeue/sacct", "node": ""})
+                ts.job_id = rec["job_ids"][idx]
+                sched = sstates.get(
+                    ts.job_id,
+                    {
+                        "state": "SUBMITTED",
+                        "detail": "SUBMITTED",
+                        "exit_code": "",
+                        "reason": "not yet visible in squeue/sacct",
+                        "node": "",
+                    },
+                )
             else:
                 ts.job_id = f"pid {rec['job_ids'][idx]}"
                 sched = local_state(rd, rec, idx)
@@ -158,12 +171,17 @@ def render(st: dict[str, Any], all_tasks: bool = False) -> str:
     for name, r in st["roles"].items():
         c = r["counts"]
         pend = c["pending"] + c["not_submitted"]
-        lines.append(f"{name:<12}{r['tasks']:>6}{c['done']:>6}{c['running']:>6}{pend:>6}{c['failed']:>6}  "
-                     f"{_age(r['last_heartbeat_s']):<11} {', '.join(r['job_ids']) or '-'}")
+        lines.append(
+            f"{name:<12}{r['tasks']:>6}{c['done']:>6}{c['running']:>6}{pend:>6}{c['failed']:>6}  "
+            f"{_age(r['last_heartbeat_s']):<11} {', '.join(r['job_ids']) or '-'}"
+        )
     failed_any = False
     for name, r in st["roles"].items():
-        shown = [t for t in r["detail"]
-                 if all_tasks or t["status"] not in ("DONE",) and (len(r["detail"]) <= 16 or t["status"] != "PENDING")]
+        shown = [
+            t
+            for t in r["detail"]
+            if all_tasks or t["status"] not in ("DONE",) and (len(r["detail"]) <= 16 or t["status"] != "PENDING")
+        ]
         if not shown:
             continue
         lines += ["", f"{name} tasks:"]
@@ -174,8 +192,9 @@ def render(st: dict[str, Any], all_tasks: bool = False) -> str:
             lines.append(f"  {t['task']:>5}  {t['status']:<13} {t['job_id']:<14} {t['progress']}{beat}{restarts}{ck}")
             if t["reason"]:
                 lines.append(f"         why: {t['reason']}")
-            failed_any |= t["status"] not in ("DONE", "NOT_SUBMITTED", "RUNNING", "PENDING", "REQUEUED") and \
-                bool(t["reason"])
+            failed_any |= t["status"] not in ("DONE", "NOT_SUBMITTED", "RUNNING", "PENDING", "REQUEUED") and bool(
+                t["reason"]
+            )
     if failed_any:
         lines += ["", f"Failed tasks keep their state; `sarl resume {st['run_dir']}` resubmits them."]
     return "\n".join(lines)

@@ -1,0 +1,90 @@
+"""Shared helpers: run the real `sarl` command, write configs, read state."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SARL = [sys.executable, "-m", "jobs.cli"]
+
+
+def sarl(*args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True,
+         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run the `sarl` command in a subprocess, as a user would."""
+    proc = subprocess.run([*SARL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"sarl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def write_config(folder: Path, body: str, name: str = "run.toml") -> Path:
+    path = folder / name
+    path.write_text(body)
+    return path
+
+
+def smoke_config(name: str = "t", tasks: int = 4, steps: int = 5, step_s: float = 0.2, extra: str = "") -> str:
+    return f"""
+[run]
+name = "{name}"
+root = "runs"
+
+[smoke]
+tasks = {tasks}
+steps = {steps}
+step_s = {step_s}
+{extra}
+"""
+
+
+def status(run_dir: Path) -> dict[str, Any]:
+    out = sarl("status", str(run_dir), "--json", cwd=run_dir.parent)
+    return json.loads(out.stdout)
+
+
+def task_state(run_dir: Path, task: int, role: str = "smoke") -> dict[str, Any]:
+    return json.loads((run_dir / "checkpoints" / role / f"task-{task:06d}.json").read_text())
+
+
+def wait_for(pred: Callable[[], Any], timeout: float, what: str, every: float = 0.5) -> Any:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        value = pred()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def slurm() -> None:
+    """The local Slurm of scripts/slurm-up.sh must be running (CI starts it)."""
+    ok = shutil.which("sinfo") and subprocess.run(["sinfo", "-h"], capture_output=True).returncode == 0
+    if not ok:
+        pytest.fail("no Slurm answers here: run scripts/slurm-up.sh (as root) first")
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture
+def no_slurm_env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose PATH holds the interpreter but no Slurm client."""
+    bindir = tmp_path / "bin-no-slurm"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)
+    env = dict(os.environ)
+    env["PATH"] = str(bindir)
+    return env

@@ -1,0 +1,143 @@
+"""Config errors name the key and the file, and submit nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import sarl, smoke_config, write_config
+
+
+def _fails(workdir: Path, body: str, *args: str, env: dict[str, str] | None = None, in_file: bool = True) -> str:
+    cfg = write_config(workdir, body)
+    out = sarl("submit", str(cfg), *args, cwd=workdir, env=env, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stdout == ""  # no job id printed
+    assert not (workdir / "runs").exists()  # no partial state
+    assert (str(cfg) in out.stderr) == in_file
+    return out.stderr
+
+
+def test_unknown_key_is_named(workdir: Path) -> None:
+    err = _fails(workdir, smoke_config(extra="[smoke.job]\ncpus = 4\n"), "--cluster", "local")
+    assert "smoke.job.cpus: unknown key" in err
+
+
+def test_wrong_type_is_named(workdir: Path) -> None:
+    err = _fails(workdir, smoke_config(extra="[smoke.job]\nmem_gb = 'lots'\n"), "--cluster", "local")
+    assert "smoke.job.mem_gb" in err and "'lots'" in err
+
+
+def test_out_of_range_value_is_named(workdir: Path) -> None:
+    err = _fails(workdir, smoke_config(tasks=0), "--cluster", "local")
+    assert "smoke.tasks" in err and "greater than or equal to 1" in err
+
+
+def test_missing_required_key_is_named(workdir: Path) -> None:
+    err = _fails(workdir, "[smoke]\ntasks = 2\n", "--cluster", "local")
+    assert "run: required key is missing" in err
+
+
+def test_bad_run_name_is_named(workdir: Path) -> None:
+    err = _fails(workdir, smoke_config(name="../escape"), "--cluster", "local")
+    assert "run.name" in err
+
+
+def test_invalid_toml_names_file(workdir: Path) -> None:
+    err = _fails(workdir, "[run\nname = 1\n", "--cluster", "local")
+    assert "not valid TOML" in err
+
+
+def test_no_role_is_an_error(workdir: Path) -> None:
+    err = _fails(workdir, '[run]\nname = "x"\n', "--cluster", "local")
+    assert "no role is configured" in err
+
+
+def test_multi_node_needs_slurm(workdir: Path) -> None:
+    err = _fails(workdir, smoke_config(extra="[smoke.job]\nnodes = 2\n"), "--cluster", "local")
+    assert "smoke.job.nodes = 2 needs executor.type = 'slurm'" in err
+
+
+def test_signal_after_time_limit_is_impossible(workdir: Path, slurm: None) -> None:
+    body = smoke_config(extra="[smoke.job]\ntime_min = 1\n[executor]\ntype = 'slurm'\nsignal_delay_s = 90\n")
+    err = _fails(workdir, body)
+    assert "executor.signal_delay_s = 90" in err and "smoke.job.time_min = 1" in err
+
+
+def test_override_of_unknown_key_is_named(workdir: Path) -> None:
+    err = _fails(workdir, smoke_config(), "--cluster", "local", "--set", "smoke.speed=3")
+    assert "(with --set)" in err and "smoke.speed: unknown key" in err
+
+
+def test_malformed_override(workdir: Path) -> None:
+    err = _fails(workdir, smoke_config(), "--cluster", "local", "--set", "smoke.steps", in_file=False)
+    assert "--set 'smoke.steps': expected KEY=VALUE" in err
+
+
+def test_executor_must_be_chosen_where_slurm_is_installed(workdir: Path, slurm: None) -> None:
+    err = _fails(workdir, smoke_config())
+    assert "executor.type: not set, and Slurm is installed" in err
+
+
+def test_slurm_executor_without_sbatch_is_refused(workdir: Path, no_slurm_env: dict[str, str]) -> None:
+    err = _fails(workdir, smoke_config(), "--cluster", "slurm", env=no_slurm_env)
+    assert "sbatch is not on PATH" in err
+
+
+def test_local_is_the_default_without_slurm(workdir: Path, no_slurm_env: dict[str, str]) -> None:
+    cfg = write_config(workdir, smoke_config())
+    out = sarl("config", "show", str(cfg), cwd=workdir, env=no_slurm_env)
+    assert '[executor]\ntype = "local"' in out.stdout
+
+
+def test_override_values_are_typed(workdir: Path) -> None:
+    cfg = write_config(workdir, smoke_config())
+    out = sarl("config", "show", str(cfg), "--cluster", "local", "--set", "smoke.step_s=2.5",
+               "--set", "smoke.fail_tasks=[1, 3]", cwd=workdir)
+    assert "step_s = 2.5" in out.stdout and "fail_tasks = [\n    1,\n    3,\n]" in out.stdout
+
+
+def test_config_doc_lists_every_key_with_docs(workdir: Path) -> None:
+    cfg = write_config(workdir, smoke_config())
+    out = sarl("config", "show", str(cfg), "--cluster", "local", "--doc", cwd=workdir).stdout
+    assert "smoke.job.time_min  [safe mid-run]\n    Time limit of one job, in minutes." in out
+    assert "smoke.tasks\n    Number of tasks" in out
+    assert "executor.partition" in out
+
+
+def test_cli_does_not_import_heavy_libraries(workdir: Path) -> None:
+    cfg = write_config(workdir, smoke_config())
+    code = (f"import sys; from jobs.cli import main; main(['config', 'show', {str(cfg)!r}, '--cluster', 'local']);"
+            "heavy = [m for m in ('torch', 'deepspeed', 'vllm', 'transformers', 'zarr') if m in sys.modules];"
+            "print('HEAVY', heavy)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=workdir, check=True)
+    assert "HEAVY []" in out.stdout
+
+
+# ------------------------------------------------------------- frozen config
+
+
+@pytest.mark.slow
+def test_existing_run_refuses_unsafe_change_and_keeps_frozen_config(workdir: Path) -> None:
+    cfg = write_config(workdir, smoke_config(tasks=1, steps=1, step_s=0))
+    sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
+    frozen = (workdir / "runs/t/run.toml").read_text()
+    out = sarl("submit", str(cfg), "--cluster", "local", "--set", "smoke.steps=50", cwd=workdir, check=False)
+    assert out.returncode == 2
+    assert "cannot change mid-run: smoke.steps" in out.stderr
+    assert (workdir / "runs/t/run.toml").read_text() == frozen
+    assert len(list((workdir / "runs/t/submissions/smoke").glob("*.json"))) == 1
+
+
+@pytest.mark.slow
+def test_existing_run_accepts_safe_change_and_records_it(workdir: Path) -> None:
+    cfg = write_config(workdir, smoke_config(tasks=1, steps=1, step_s=0))
+    sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
+    out = sarl("submit", str(cfg), "--cluster", "local", "--set", "smoke.job.time_min=30", cwd=workdir)
+    assert "accepted mid-run changes: smoke.job.time_min" in out.stderr
+    assert "time_min = 30" in (workdir / "runs/t/run.toml").read_text()
+    history = [json.loads(x) for x in (workdir / "runs/t/config-history.jsonl").read_text().splitlines()]
+    assert history[-1]["changed"] == ["smoke.job.time_min"]

@@ -1,0 +1,88 @@
+"""The same roles through the local executor: detached processes on this machine."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from conftest import sarl, smoke_config, status, task_state, wait_for, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def _submit(workdir: Path, body: str) -> Path:
+    cfg = write_config(workdir, body)
+    out = sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
+    assert out.stdout.startswith("Submitted smoke job local pid")
+    return workdir / "runs" / "t"
+
+
+def _all_done(run: Path) -> bool:
+    return status(run)["roles"]["smoke"]["counts"]["done"] == status(run)["roles"]["smoke"]["tasks"]
+
+
+def test_smoke_array_completes_locally(workdir: Path) -> None:
+    run = _submit(workdir, smoke_config(tasks=3, steps=4, step_s=0.2))
+    st = status(run)["roles"]["smoke"]
+    assert st["counts"]["done"] < 3  # submit returned before the work was done
+    wait_for(lambda: _all_done(run), 60, "3 local tasks to finish")
+    for t in range(3):
+        s = task_state(run, t)
+        assert s["done"] and s["step"] == 4 and len(s["starts"]) == 1
+        assert s["result"] == {"task": t, "steps": 4, "starts": 1}
+
+
+def test_local_jobs_outlive_the_submitting_session(workdir: Path) -> None:
+    run = _submit(workdir, smoke_config(tasks=1, steps=30, step_s=0.2))
+    pid = int(status(run)["roles"]["smoke"]["detail"][0]["job_id"].split()[1])
+    assert os.getsid(pid) == pid != os.getsid(0)  # leads a session of its own
+    sarl("cancel", str(run), cwd=workdir)
+
+
+def test_local_cancel_then_resume_continues_from_state(workdir: Path) -> None:
+    run = _submit(workdir, smoke_config(tasks=2, steps=40, step_s=0.2))
+    wait_for(lambda: all(os.path.exists(run / f"checkpoints/smoke/task-00000{t}.json")
+                         and task_state(run, t)["step"] >= 3 for t in range(2)), 60, "3 steps")
+    out = sarl("cancel", str(run), cwd=workdir)
+    assert out.stdout.count("cancelled smoke") == 1
+    st = status(run)["roles"]["smoke"]
+    assert [t["status"] for t in st["detail"]] == ["CANCELLED", "CANCELLED"]
+    assert all("sarl cancel" in t["reason"] for t in st["detail"])
+    before = [task_state(run, t)["step"] for t in range(2)]
+    out = sarl("resume", str(run), cwd=workdir)
+    assert "Submitted smoke job" in out.stdout and "(2 tasks)" in out.stdout
+    wait_for(lambda: _all_done(run), 60, "resumed tasks to finish")
+    for t in range(2):
+        s = task_state(run, t)
+        assert s["step"] == 40
+        assert [x["from"] for x in s["starts"]] == ["0/40 steps", f"{before[t]}/40 steps"]
+
+
+def test_local_array_parallelism_is_enforced(workdir: Path) -> None:
+    body = smoke_config(tasks=4, steps=3, step_s=0.3, extra="[smoke.job]\narray_parallelism = 2\n")
+    run = _submit(workdir, body)
+    wait_for(lambda: _all_done(run), 60, "4 tasks to finish")
+    spans = [(task_state(run, t)["starts"][0]["at"], task_state(run, t)["updated_at"]) for t in range(4)]
+    most = max(sum(1 for a, b in spans if a <= t < b) for t, _ in spans)
+    assert most == 2
+
+
+def test_local_failure_is_reported_with_its_exception(workdir: Path) -> None:
+    run = _submit(workdir, smoke_config(tasks=2, steps=4, step_s=0.1, extra="fail_tasks = [1]"))
+    wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["failed"] == 1, 60, "task 1 to fail")
+    t1 = status(run)["roles"]["smoke"]["detail"][1]
+    assert t1["status"] == "FAILED"
+    assert "RuntimeError: smoke task 1 fails at step 2" in t1["reason"]
+    text = sarl("status", str(run), cwd=workdir).stdout
+    assert "why: FAILED; RuntimeError: smoke task 1 fails at step 2" in text
+    # clearing the failure is a mid-run-safe change; the task resumes at step 2
+    wait_for(lambda: _all_done_but(run, 1), 60, "task 0")
+    sarl("resume", str(run), "--set", "smoke.fail_tasks=[]", cwd=workdir)
+    wait_for(lambda: _all_done(run), 60, "task 1 to finish after resume")
+    assert [x["from"] for x in task_state(run, 1)["starts"]] == ["0/4 steps", "2/4 steps"]
+
+
+def _all_done_but(run: Path, task: int) -> bool:
+    detail = status(run)["roles"]["smoke"]["detail"]
+    return all(t["status"] == "DONE" for t in detail if t["task"] != task)
