@@ -18,16 +18,21 @@ import os
 import pickle
 import pwd
 import re
+import shlex
 import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import cloudpickle
 import submitit
+import submitit.core.core
 from submitit.core.utils import JobPaths
 from submitit.local.local import LocalJob
+from submitit.slurm.slurm import SlurmJob
 
 from rl.config import Config, RoleConfig, SlurmExecutor
 from rl.role import Role
@@ -93,11 +98,50 @@ class DetachedLocalExecutor(submitit.LocalExecutor):
         return LocalJob(folder=self.folder, job_id=str(proc.pid), process=proc, tasks=[0])
 
 
+class ArraySlurmExecutor(submitit.SlurmExecutor):
+    """submitit's Slurm executor, with one pickle per array instead of one per task.
+
+    submitit writes a pickle and a folder for every array task before it
+    returns; for 1,000 tasks that is thousands of file creations on the
+    shared filesystem's metadata server, on the submitting login node. Here
+    the whole array is one pickle, and each task writes its own submitit
+    pickle when it starts (`jobs.array_task`), on its compute node. A task
+    that checkpointed keeps the pickle its checkpoint wrote.
+    """
+
+    def _internal_process_submissions(
+        self, delayed_submissions: list[submitit.helpers.DelayedSubmission]
+    ) -> list[submitit.core.core.Job[Any]]:
+        if len(delayed_submissions) == 1:
+            return super()._internal_process_submissions(delayed_submissions)
+        for d in delayed_submissions:
+            d.set_timeout(self.parameters.get("time", 5), self.max_num_timeout)
+        array_pickle = self.folder / f"array-{uuid.uuid4().hex}.pkl"
+        with open(array_pickle, "wb") as f:
+            cloudpickle.dump(delayed_submissions, f, pickle.HIGHEST_PROTOCOL)
+        array_ex = ArraySlurmExecutor(self.folder, self.max_num_timeout)
+        array_ex.update_parameters(**self.parameters)
+        array_ex.parameters["map_count"] = len(delayed_submissions)
+        command = " ".join(
+            [self.python, "-u -m jobs.array_task", shlex.quote(str(self.folder)), shlex.quote(str(array_pickle))]
+        )
+        try:
+            first = array_ex._submit_command(command)
+        except BaseException:
+            array_pickle.unlink()
+            raise
+        tasks = list(range(first.num_tasks))
+        return [
+            SlurmJob(folder=self.folder, job_id=f"{first.job_id}_{a}", tasks=tasks)
+            for a in range(len(delayed_submissions))
+        ]
+
+
 def make_executor(cfg: Config, role: str, role_cfg: RoleConfig, folder: Path) -> submitit.Executor:
     job = role_cfg.job
     if isinstance(cfg.executor, SlurmExecutor):
         ex = cfg.executor
-        slurm = submitit.SlurmExecutor(folder=folder, max_num_timeout=ex.max_timeouts)
+        slurm = ArraySlurmExecutor(folder=folder, max_num_timeout=ex.max_timeouts)
         params: dict[str, Any] = dict(
             job_name=f"sarl-{cfg.run.name}-{role}",
             time=job.time_min,
@@ -130,7 +174,7 @@ def submit_role(rd: RunDir, cfg: Config, role: str, tasks: list[int]) -> dict[st
     role_cfg = cfg.roles()[role]
     folder = rd.logs(role)
     folder.mkdir(parents=True, exist_ok=True)
-    executor = make_executor(cfg, role, role_cfg, folder / "%j")
+    executor = make_executor(cfg, role, role_cfg, folder)
     fn = role_class(role)(str(rd.path))
     try:
         jobs = executor.map_array(fn, tasks)
@@ -221,7 +265,7 @@ def local_state(rd: RunDir, record: dict[str, Any], index: int) -> dict[str, str
             "reason": "",
             "node": "localhost",
         }
-    paths = JobPaths(rd.logs(record["role"]) / "%j", job_id, 0)
+    paths = JobPaths(rd.logs(record["role"]), job_id, 0)
     outcome = _result(paths.result_pickle)
     if outcome == "success":
         return {"state": "COMPLETED", "detail": "COMPLETED", "exit_code": "0", "reason": "", "node": "localhost"}
@@ -248,7 +292,7 @@ def _result(path: Path) -> str | None:
 
 def failure_text(rd: RunDir, record: dict[str, Any], job_id: str) -> str:
     """The last line of the job's error: its exception, else its stderr."""
-    paths = JobPaths(rd.logs(record["role"]) / "%j", job_id, 0)
+    paths = JobPaths(rd.logs(record["role"]), job_id, 0)
     outcome = _result(paths.result_pickle)
     lines: list[str] = []
     if outcome and outcome != "success":

@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 SARL = [sys.executable, "-m", "jobs.cli"]
 
 
-def sarl(*args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True,
-         timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def sarl(
+    *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
     """Run the `sarl` command in a subprocess, as a user would."""
     proc = subprocess.run([*SARL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:

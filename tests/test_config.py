@@ -95,8 +95,18 @@ def test_local_is_the_default_without_slurm(workdir: Path, no_slurm_env: dict[st
 
 def test_override_values_are_typed(workdir: Path) -> None:
     cfg = write_config(workdir, smoke_config())
-    out = sarl("config", "show", str(cfg), "--cluster", "local", "--set", "smoke.step_s=2.5",
-               "--set", "smoke.fail_tasks=[1, 3]", cwd=workdir)
+    out = sarl(
+        "config",
+        "show",
+        str(cfg),
+        "--cluster",
+        "local",
+        "--set",
+        "smoke.step_s=2.5",
+        "--set",
+        "smoke.fail_tasks=[1, 3]",
+        cwd=workdir,
+    )
     assert "step_s = 2.5" in out.stdout and "fail_tasks = [\n    1,\n    3,\n]" in out.stdout
 
 
@@ -110,9 +120,11 @@ def test_config_doc_lists_every_key_with_docs(workdir: Path) -> None:
 
 def test_cli_does_not_import_heavy_libraries(workdir: Path) -> None:
     cfg = write_config(workdir, smoke_config())
-    code = (f"import sys; from jobs.cli import main; main(['config', 'show', {str(cfg)!r}, '--cluster', 'local']);"
-            "heavy = [m for m in ('torch', 'deepspeed', 'vllm', 'transformers', 'zarr') if m in sys.modules];"
-            "print('HEAVY', heavy)")
+    code = (
+        f"import sys; from jobs.cli import main; main(['config', 'show', {str(cfg)!r}, '--cluster', 'local']);"
+        "heavy = [m for m in ('torch', 'deepspeed', 'vllm', 'transformers', 'zarr') if m in sys.modules];"
+        "print('HEAVY', heavy)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=workdir, check=True)
     assert "HEAVY []" in out.stdout
 

@@ -42,8 +42,14 @@ def test_local_jobs_outlive_the_submitting_session(workdir: Path) -> None:
 
 def test_local_cancel_then_resume_continues_from_state(workdir: Path) -> None:
     run = _submit(workdir, smoke_config(tasks=2, steps=40, step_s=0.2))
-    wait_for(lambda: all(os.path.exists(run / f"checkpoints/smoke/task-00000{t}.json")
-                         and task_state(run, t)["step"] >= 3 for t in range(2)), 60, "3 steps")
+    wait_for(
+        lambda: all(
+            os.path.exists(run / f"checkpoints/smoke/task-00000{t}.json") and task_state(run, t)["step"] >= 3
+            for t in range(2)
+        ),
+        60,
+        "3 steps",
+    )
     out = sarl("cancel", str(run), cwd=workdir)
     assert out.stdout.count("cancelled smoke") == 1
     st = status(run)["roles"]["smoke"]

@@ -21,8 +21,12 @@ def _submit(workdir: Path, body: str, *args: str) -> tuple[Path, str]:
 
 
 def _sacct(job: str) -> list[str]:
-    out = subprocess.run(["sacct", "-X", "-n", "-P", "--duplicates", "-j", job, "-o", "JobID,State"],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "--duplicates", "-j", job, "-o", "JobID,State"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return out.split()
 
 
@@ -35,8 +39,7 @@ def test_array_of_8_completes_and_status_tells_the_truth(workdir: Path, slurm: N
     body = smoke_config(tasks=8, steps=6, step_s=0.5, extra="[smoke.job]\narray_parallelism = 4\n")
     run, job = _submit(workdir, body)
     # while it runs: at most 4 running (the %4 limit), the rest pending with Slurm's reason
-    st = wait_for(lambda: (s := status(run)["roles"]["smoke"])["counts"]["running"] == 4 and s, 60,
-                  "4 running tasks")
+    st = wait_for(lambda: (s := status(run)["roles"]["smoke"])["counts"]["running"] == 4 and s, 60, "4 running tasks")
     assert st["job_ids"] == [job]
     assert st["counts"]["running"] + st["counts"]["pending"] + st["counts"]["done"] == 8
     pending = [t for t in st["detail"] if t["status"] == "PENDING"]
@@ -45,40 +48,59 @@ def test_array_of_8_completes_and_status_tells_the_truth(workdir: Path, slurm: N
     assert all(t["job_id"].startswith(f"{job}_") and t["heartbeat_age_s"] is not None for t in running)
     # after: all done, and Slurm agrees
     wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["done"] == 8, 120, "8 tasks done")
-    rows = wait_for(lambda: (r := _sacct(job)) and all(x.endswith("|COMPLETED") for x in r) and r, 30,
-                    "sacct to record completion")
+    rows = wait_for(
+        lambda: (r := _sacct(job)) and all(x.endswith("|COMPLETED") for x in r) and r, 30, "sacct to record completion"
+    )
     assert sorted(rows) == sorted(f"{job}_{i}|COMPLETED" for i in range(8))
     assert [task_state(run, t)["step"] for t in range(8)] == [6] * 8
     assert "smoke            8     8     0     0     0" in sarl("status", str(run), cwd=workdir).stdout
 
 
 def test_preempted_role_checkpoints_requeues_and_resumes(workdir: Path, slurm: None) -> None:
-    # the smoke task takes all 8 CPUs, so the urgent job can only run by preempting it
-    body = smoke_config(tasks=1, steps=40, step_s=0.5, extra="[smoke.job]\ncpus_per_task = 8\ntime_min = 30\n")
+    # two array tasks of 4 CPUs fill the node: the urgent job can only run by preempting them
+    body = smoke_config(tasks=2, steps=40, step_s=0.5, extra="[smoke.job]\ncpus_per_task = 4\ntime_min = 30\n")
     run, job = _submit(workdir, body)
-    wait_for(lambda: (run / "checkpoints/smoke/task-000000.json").exists() and task_state(run, 0)["step"] >= 4,
-             60, "4 steps")
-    urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "-c", "8", "--wrap", "sleep 3"],
-                            capture_output=True, text=True, check=True).stdout.strip()
-    wait_for(lambda: task_state(run, 0)["checkpoints"] >= 1, 60, "the preemption checkpoint")
-    wait_for(lambda: task_state(run, 0).get("done"), 120, "the requeued task to finish")
-    s = task_state(run, 0)
-    assert s["step"] == 40
-    assert len(s["starts"]) == 2 and s["starts"][0]["from"] == "0/40 steps"
-    resumed_from = int(s["starts"][1]["from"].split("/")[0])
-    assert resumed_from >= 4  # continued from the saved step, not from zero
-    assert all(st["job_id"] == job for st in s["starts"])  # the same job, requeued
-    assert f"{job}|REQUEUED" in _sacct(job) or f"{job}|PREEMPTED" in _sacct(job)
+    wait_for(
+        lambda: all(
+            (run / f"checkpoints/smoke/task-00000{t}.json").exists() and task_state(run, t)["step"] >= 4
+            for t in range(2)
+        ),
+        60,
+        "4 steps",
+    )
+    urgent = subprocess.run(
+        ["sbatch", "--parsable", "-p", "urgent", "-c", "8", "--wrap", "sleep 3"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    wait_for(lambda: all(task_state(run, t)["checkpoints"] >= 1 for t in range(2)), 60, "preemption checkpoints")
+    wait_for(lambda: all(task_state(run, t).get("done") for t in range(2)), 120, "the requeued tasks to finish")
+    for t in range(2):
+        s = task_state(run, t)
+        assert s["step"] == 40
+        assert len(s["starts"]) == 2 and s["starts"][0]["from"] == "0/40 steps"
+        assert int(s["starts"][1]["from"].split("/")[0]) >= 4  # continued from the saved step, not zero
+        assert all(st["job_id"] == f"{job}_{t}" for st in s["starts"])  # the same array task, requeued
+    rows = _sacct(job)
+    assert any(r.endswith(("|REQUEUED", "|PREEMPTED")) for r in rows), rows
     assert f"{urgent}|COMPLETED" in wait_for(lambda: _sacct(urgent), 30, "urgent job in sacct")
 
 
 def test_scancelled_role_is_reported_failed_and_resume_continues(workdir: Path, slurm: None) -> None:
     run, job = _submit(workdir, smoke_config(tasks=2, steps=30, step_s=0.5))
-    wait_for(lambda: all((run / f"checkpoints/smoke/task-00000{t}.json").exists()
-                         and task_state(run, t)["step"] >= 3 for t in range(2)), 60, "3 steps")
+    wait_for(
+        lambda: all(
+            (run / f"checkpoints/smoke/task-00000{t}.json").exists() and task_state(run, t)["step"] >= 3
+            for t in range(2)
+        ),
+        60,
+        "3 steps",
+    )
     subprocess.run(["scancel", job], check=True)
-    st = wait_for(lambda: (s := status(run)["roles"]["smoke"])["counts"]["failed"] == 2 and s, 60,
-                  "both tasks reported failed")
+    st = wait_for(
+        lambda: (s := status(run)["roles"]["smoke"])["counts"]["failed"] == 2 and s, 60, "both tasks reported failed"
+    )
     for t in st["detail"]:
         assert t["status"] == "CANCELLED"
         assert "CANCELLED by root (uid 0)" in t["reason"]
@@ -111,8 +133,11 @@ def test_sarl_cancel_cancels_every_live_job(workdir: Path, slurm: None) -> None:
 
 def test_failed_task_reports_its_exception(workdir: Path, slurm: None) -> None:
     run, job = _submit(workdir, smoke_config(tasks=2, steps=4, step_s=0.2, extra="fail_tasks = [0]"))
-    st = wait_for(lambda: (s := status(run)["roles"]["smoke"])["counts"]["failed"] == 1
-                  and s["counts"]["done"] == 1 and s, 90, "one failure, one done")
+    st = wait_for(
+        lambda: (s := status(run)["roles"]["smoke"])["counts"]["failed"] == 1 and s["counts"]["done"] == 1 and s,
+        90,
+        "one failure, one done",
+    )
     t0 = st["detail"][0]
     assert t0["status"] == "FAILED" and t0["job_id"] == f"{job}_0"
     assert "exit 1:0" in t0["reason"] and "RuntimeError: smoke task 0 fails at step 2" in t0["reason"]
@@ -141,8 +166,12 @@ def test_gpu_partition_gets_a_gpu(workdir: Path, slurm: None) -> None:
     wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["done"] == 1, 60, "gpu task done")
 
     def alloc() -> str:
-        return subprocess.run(["sacct", "-X", "-n", "-P", "-j", job, "-o", "Partition,AllocTRES"],
-                              capture_output=True, text=True, check=True).stdout
+        return subprocess.run(
+            ["sacct", "-X", "-n", "-P", "-j", job, "-o", "Partition,AllocTRES"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
 
     out = wait_for(lambda: (a := alloc()).startswith("gpu|") and a, 30, "sacct to record the partition")
     assert "gres/gpu=1" in out
