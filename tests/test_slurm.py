@@ -3,6 +3,7 @@ preemption by requeue, scancel and resume."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -175,3 +176,14 @@ def test_gpu_partition_gets_a_gpu(workdir: Path, slurm: None) -> None:
 
     out = wait_for(lambda: (a := alloc()).startswith("gpu|") and a, 30, "sacct to record the partition")
     assert "gres/gpu=1" in out
+
+
+def test_bench_submit_reports_each_figure_beside_its_baseline(workdir: Path, slurm: None) -> None:
+    out = sarl("bench", "submit", "--quick", "--json", "--tasks", "50", cwd=workdir)
+    r = json.loads(out.stdout)
+    assert r["tasks"] == 50 and r["repetitions"] == 3
+    assert r["sarl_submit_s"] > 0 and r["sbatch_submit_s"] > 0
+    assert abs(r["ratio"] - r["sarl_submit_s"] / r["sbatch_submit_s"]) < 0.02 * r["ratio"]
+    assert set(r) >= {"python_sbatch_s", "stock_submitit_s", "ratio_vs_python_sbatch", "speedup_vs_stock_submitit"}
+    names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, check=True).stdout.split()
+    assert not {n for n in names if n.startswith("sarl-bench") or n in ("job.sh", "submitit")}  # none left queued

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Create .venv in the repository and install sarl into it (editable).
+#   scripts/setup.sh            # login-node install: submit, status, cancel, resume
+#   scripts/setup.sh dev        # plus the test tools (pytest, ruff, mypy)
+# Extras for compute roles: `cpu` (this kind of machine) or `gpu` (CUDA clusters);
+# see the README. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+extras=${1:-}
+PY=${PYTHON:-python3}
+"$PY" -c 'import sys; assert sys.version_info >= (3, 11), "sarl needs Python >= 3.11"'
+if [ ! -x .venv/bin/python ]; then
+  if ! "$PY" -m venv .venv 2>/dev/null; then
+    rm -rf .venv
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      "$PY" -m venv .venv
+    else
+      echo "setup: '$PY -m venv' failed; install python3-venv" >&2; exit 1
+    fi
+  fi
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+spec="."
+[ -n "$extras" ] && spec=".[$extras]"
+.venv/bin/python -m pip install -q -e "$spec"
+echo "setup: sarl installed in $(pwd)/.venv (extras: ${extras:-none}); try .venv/bin/sarl --help" >&2

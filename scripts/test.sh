@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Everything the tests need, then the tests: .venv with the dev tools, a local
+# Slurm (Debian packages, started as root), then ruff, mypy and pytest.
+#   sudo scripts/test.sh [PYTEST ARGS...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh dev
+scripts/slurm-up.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy
+.venv/bin/python -m pytest "$@"
