@@ -53,8 +53,7 @@ def _until_in_squeue(job: str) -> None:
 
 def bench_submit(args: argparse.Namespace) -> int:
     if not shutil.which("sbatch") or subprocess.run(["sinfo", "-h"], capture_output=True).returncode != 0:
-        print("sarl bench submit: needs a Slurm that answers (scripts/slurm-up.sh starts a local one)",
-              file=sys.stderr)
+        print("sarl bench submit: needs a Slurm that answers (scripts/slurm-up.sh starts a local one)", file=sys.stderr)
         return 2
     from tqdm import tqdm
 
@@ -90,8 +89,10 @@ time_min = 10
             return _run([*sbatch, str(script)], work).strip().split(";")[0]
 
         def m_python(i: int) -> str:
-            code = f"import subprocess; print(subprocess.run({[*sbatch, str(script)]!r}, capture_output=True, " \
-                   "text=True, check=True).stdout)"
+            code = (
+                f"import subprocess; print(subprocess.run({[*sbatch, str(script)]!r}, capture_output=True, "
+                "text=True, check=True).stdout)"
+            )
             return _run([sys.executable, "-c", code], work).strip().split(";")[0]
 
         def m_submitit(i: int) -> str:
@@ -102,11 +103,15 @@ time_min = 10
             return out.split()[3]
 
         methods: dict[str, Callable[[int], str]] = {
-            "sbatch": m_sbatch, "python": m_python, "submitit": m_submitit, "sarl": m_sarl}
+            "sbatch": m_sbatch,
+            "python": m_python,
+            "submitit": m_submitit,
+            "sarl": m_sarl,
+        }
         times: dict[str, list[float]] = {k: [] for k in methods}
         order = list(methods)
         for i in tqdm(range(reps), desc=f"submit {n}-task arrays", unit="round", file=sys.stderr):
-            for name in order[i % len(order):] + order[: i % len(order)]:
+            for name in order[i % len(order) :] + order[: i % len(order)]:
                 t0 = time.perf_counter()
                 job = methods[name](i)
                 _until_in_squeue(job)
@@ -131,9 +136,15 @@ time_min = 10
         print(json.dumps(result))
     else:
         print(f"submit a {n}-task array and see it in squeue (median of {reps}):")
-        for k, label in (("sbatch", "sbatch --array (baseline)"), ("python", "python -c + sbatch"),
-                         ("submitit", "stock submitit map_array"), ("sarl", "sarl submit")):
+        for k, label in (
+            ("sbatch", "sbatch --array (baseline)"),
+            ("python", "python -c + sbatch"),
+            ("submitit", "stock submitit map_array"),
+            ("sarl", "sarl submit"),
+        ):
             print(f"  {label:<28}{med[k]:8.3f} s   {med[k] / med['sbatch']:6.2f}x sbatch")
-        print(f"  ratio sarl / sbatch = {result['ratio']} (target <= 1.5); "
-              f"sarl / python+sbatch = {result['ratio_vs_python_sbatch']}")
+        print(
+            f"  ratio sarl / sbatch = {result['ratio']} (target <= 1.5); "
+            f"sarl / python+sbatch = {result['ratio_vs_python_sbatch']}"
+        )
     return 0
