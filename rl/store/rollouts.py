@@ -1,0 +1,277 @@
+"""Rollout batches: written by rollout workers, consumed once by the learner.
+
+Layout: `store.zarr/rollouts/<writer>/<seq:010d>/`, one committed group per
+batch (see zgroup). Columns:
+
+  tokens      int32  [T]     every sample's token ids, concatenated
+  loss_mask   uint8  [T]     1 where the policy produced the token and it is
+                             trained on; 0 for prompt and observation tokens
+  logprobs    float32[T]     behaviour log-prob of each token under the policy
+                             version that sampled it; 0 where loss_mask is 0
+  offsets     int64  [N+1]   sample i is tokens[offsets[i]:offsets[i+1]]
+  reward      float64[N]     the aggregated reward
+  checks      float64[N, C]  every check's score; names in the attributes
+  group_id    int64  [N]     samples of one prompt share a group (GRPO groups)
+  policy_version int64[N]    weight version that produced the sample
+  timings     float64[N, 3]  generate_s, execute_s, verify_s
+attributes: writer, seq, check names, task ids and failures (strings).
+
+Exactly once: a batch is keyed by (writer, seq). A writer restarted after a
+crash that writes the same seq again finds it committed and commits nothing.
+The learner keeps a `Cursor` of consumed keys in its checkpoint; after a
+restart `unconsumed(cursor)` yields every committed batch it has not
+consumed, once, oldest commit first.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rl.store.zgroup import MARKER, StoreError, read_group, read_marker, sweep_temporaries, write_committed
+
+TIMINGS = ("generate_s", "execute_s", "verify_s")
+_WRITER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+
+
+class BadRollout(StoreError, ValueError):
+    """A sample or batch that cannot be stored; the message says which field."""
+
+
+@dataclass
+class Sample:
+    """One episode's trajectory as the learner sees it."""
+
+    task_id: str
+    """The task the episode attempted."""
+    group_id: int
+    """Samples of the same prompt share a group id (for group-relative advantages)."""
+    policy_version: int
+    """Weight version that sampled this trajectory's policy tokens."""
+    tokens: np.ndarray
+    """All token ids of the episode, prompt and observations included (int32)."""
+    loss_mask: np.ndarray
+    """1 where the policy produced the token (trained on), 0 elsewhere."""
+    logprobs: np.ndarray
+    """Behaviour log-prob of each token when sampled; 0 where loss_mask is 0."""
+    reward: float
+    """Aggregated reward of the episode."""
+    checks: dict[str, float] = field(default_factory=dict)
+    """Each verification check's score, by name."""
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds spent: generate_s, execute_s, verify_s."""
+    failure: str = ""
+    """Why the episode failed (infrastructure or policy), empty if it did not."""
+
+
+@dataclass
+class RolloutBatch:
+    """A committed batch, in columns (see the module docstring)."""
+
+    key: tuple[str, int]
+    columns: dict[str, np.ndarray]
+    check_names: list[str]
+    task_ids: list[str]
+    failures: list[str]
+    committed_at: float
+
+    def __len__(self) -> int:
+        return len(self.task_ids)
+
+    def sample(self, i: int) -> Sample:
+        c = self.columns
+        a, b = int(c["offsets"][i]), int(c["offsets"][i + 1])
+        return Sample(
+            task_id=self.task_ids[i],
+            group_id=int(c["group_id"][i]),
+            policy_version=int(c["policy_version"][i]),
+            tokens=c["tokens"][a:b],
+            loss_mask=c["loss_mask"][a:b],
+            logprobs=c["logprobs"][a:b],
+            reward=float(c["reward"][i]),
+            checks=dict(zip(self.check_names, map(float, c["checks"][i]), strict=True)),
+            timings=dict(zip(TIMINGS, map(float, c["timings"][i]), strict=True)),
+            failure=self.failures[i],
+        )
+
+    def samples(self) -> list[Sample]:
+        return [self.sample(i) for i in range(len(self))]
+
+
+def _columns(samples: Sequence[Sample]) -> tuple[dict[str, np.ndarray], list[str]]:
+    if not samples:
+        raise BadRollout("a batch needs at least one sample")
+    names = sorted(samples[0].checks)
+    lengths = np.empty(len(samples) + 1, dtype=np.int64)
+    lengths[0] = 0
+    for i, s in enumerate(samples):
+        n = len(s.tokens)
+        where = f"sample {i} ({s.task_id!r})"
+        for name in ("tokens", "loss_mask", "logprobs"):
+            if np.ndim(getattr(s, name)) != 1:
+                raise BadRollout(f"{where}: {name} must be one-dimensional, got shape {np.shape(getattr(s, name))}")
+        if len(s.loss_mask) != n or len(s.logprobs) != n:
+            raise BadRollout(
+                f"{where}: tokens, loss_mask and logprobs must have one length; "
+                f"got {n}, {len(s.loss_mask)}, {len(s.logprobs)}"
+            )
+        if sorted(s.checks) != names:
+            raise BadRollout(f"{where}: checks {sorted(s.checks)} differ from the batch's {names}")
+        if not math.isfinite(s.reward):
+            raise BadRollout(f"{where}: reward is {s.reward}")
+        unknown = set(s.timings) - set(TIMINGS)
+        if unknown:
+            raise BadRollout(f"{where}: unknown timings {sorted(unknown)}; known: {list(TIMINGS)}")
+        lengths[i + 1] = n
+    offsets = np.cumsum(lengths)
+    tokens = np.concatenate([np.asarray(s.tokens) for s in samples])
+    if tokens.size and (tokens.dtype.kind not in "iu" or tokens.min() < 0 or tokens.max() > np.iinfo(np.int32).max):
+        raise BadRollout("tokens must be non-negative integers that fit int32")
+    cols: dict[str, np.ndarray] = {
+        "tokens": tokens.astype(np.int32, copy=False),
+        "loss_mask": np.concatenate([np.asarray(s.loss_mask) for s in samples]).astype(np.uint8, copy=False),
+        "logprobs": np.concatenate([np.asarray(s.logprobs) for s in samples]).astype(np.float32, copy=False),
+        "offsets": offsets,
+        "reward": np.array([s.reward for s in samples], dtype=np.float64),
+        "checks": np.array([[s.checks[n] for n in names] for s in samples], dtype=np.float64).reshape(
+            len(samples), len(names)
+        ),
+        "group_id": np.array([s.group_id for s in samples], dtype=np.int64),
+        "policy_version": np.array([s.policy_version for s in samples], dtype=np.int64),
+        "timings": np.array([[s.timings.get(t, 0.0) for t in TIMINGS] for s in samples], dtype=np.float64),
+    }
+    if cols["loss_mask"].max(initial=0) > 1:
+        raise BadRollout("loss_mask must hold only 0 and 1")
+    return cols, names
+
+
+class RolloutWriter:
+    """Writes one worker's batches. One writer id per live worker."""
+
+    def __init__(self, store: str | os.PathLike[str], writer: str):
+        if not _WRITER.match(writer):
+            raise BadRollout(f"writer id {writer!r}: letters, digits, '_', '.', '-' only")
+        self.folder = Path(store) / "rollouts" / writer
+        self.writer = writer
+        self.folder.mkdir(parents=True, exist_ok=True)
+        # what a previous incarnation of this writer left half-written
+        sweep_temporaries(self.folder)
+
+    def path(self, seq: int) -> Path:
+        return self.folder / f"{seq:010d}"
+
+    def committed_seqs(self) -> list[int]:
+        return sorted(int(p.name) for p in self.folder.iterdir() if p.name.isdigit() and (p / MARKER).exists())
+
+    def next_seq(self) -> int:
+        seqs = self.committed_seqs()
+        return seqs[-1] + 1 if seqs else 0
+
+    def write(self, seq: int, samples: Sequence[Sample]) -> bool:
+        """Commit batch `seq`. False when it was already committed (nothing written)."""
+        if seq < 0:
+            raise BadRollout(f"seq must be >= 0, got {seq}")
+        cols, names = _columns(samples)
+        attrs = {
+            "writer": self.writer,
+            "seq": seq,
+            "check_names": names,
+            "task_ids": [s.task_id for s in samples],
+            "failures": [s.failure for s in samples],
+        }
+        return write_committed(
+            self.path(seq),
+            cols,
+            attrs=attrs,
+            marker={"writer": self.writer, "seq": seq, "samples": len(samples), "tokens": int(cols["offsets"][-1])},
+        )
+
+
+class Cursor:
+    """The set of consumed batch keys, kept per writer as sorted closed ranges."""
+
+    def __init__(self, ranges: dict[str, list[list[int]]] | None = None):
+        self.ranges: dict[str, list[list[int]]] = {w: [list(r) for r in rs] for w, rs in (ranges or {}).items()}
+
+    def __contains__(self, key: tuple[str, int]) -> bool:
+        writer, seq = key
+        return any(a <= seq <= b for a, b in self.ranges.get(writer, ()))
+
+    def add(self, key: tuple[str, int]) -> None:
+        writer, seq = key
+        if key in self:
+            raise StoreError(f"batch {writer}/{seq} consumed twice")
+        rs = self.ranges.setdefault(writer, [])
+        rs.append([seq, seq])
+        rs.sort()
+        merged = [rs[0]]
+        for a, b in rs[1:]:
+            if a <= merged[-1][1] + 1:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+        self.ranges[writer] = merged
+
+    def __len__(self) -> int:
+        return sum(b - a + 1 for rs in self.ranges.values() for a, b in rs)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ranges": self.ranges}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Cursor:
+        return cls(data.get("ranges", {}))
+
+
+class RolloutReader:
+    """Lists and reads committed batches of every writer."""
+
+    def __init__(self, store: str | os.PathLike[str]):
+        self.folder = Path(store) / "rollouts"
+
+    def committed(self) -> list[tuple[str, int]]:
+        """Every committed batch key, in a stable order: commit time, writer, seq."""
+        return self._scan(None)
+
+    def unconsumed(self, cursor: Cursor) -> list[tuple[str, int]]:
+        """Committed batches not in `cursor`, oldest commit first. Consumed
+        batches are skipped by name, without reading their markers."""
+        return self._scan(cursor)
+
+    def _scan(self, skip: Cursor | None) -> list[tuple[str, int]]:
+        keys = []
+        if not self.folder.is_dir():
+            return []
+        for wdir in self.folder.iterdir():
+            if wdir.name.startswith(".") or not wdir.is_dir():
+                continue
+            for b in wdir.iterdir():
+                if not b.name.isdigit() or (skip is not None and (wdir.name, int(b.name)) in skip):
+                    continue
+                m = read_marker(b)
+                if m is not None:
+                    keys.append((m["committed_at"], wdir.name, int(b.name)))
+        return [(w, s) for _, w, s in sorted(keys)]
+
+    def read(self, key: tuple[str, int], verify: bool = True) -> RolloutBatch:
+        writer, seq = key
+        group = self.folder / writer / f"{seq:010d}"
+        cols, marker = read_group(group, verify)
+        import json
+
+        attrs = json.loads((group / "zarr.json").read_bytes())["attributes"]
+        return RolloutBatch(
+            key=key,
+            columns=cols,
+            check_names=attrs["check_names"],
+            task_ids=attrs["task_ids"],
+            failures=attrs["failures"],
+            committed_at=marker["committed_at"],
+        )

@@ -1,0 +1,294 @@
+"""Weight versions: published by the learner, loaded by generators.
+
+Layout: `store.zarr/weights/v<version:010d>/`, a Zarr v3 group with one array
+`data` (uint8, one chunk): the bytes of the tensors this version stores,
+each at a 64-byte-aligned offset. `manifest.json`, written last, lists every
+tensor of the version with its dtype, shape, the version whose blob holds
+its bytes, offset, length and xxh3-64 checksum. The folder is built under a
+temporary name and renamed into place: a loader never sees half a version.
+
+bf16 (which Zarr has no dtype for) is stored as raw 2-byte words; the
+manifest says `bfloat16`. Delta versions store only the tensors whose bytes
+changed since the previous version and point at older blobs for the rest; a
+full version is written every `full_every` versions, so that old blobs can be
+dropped. Files per version: 4 (group and array zarr.json, the chunk, the
+manifest).
+
+Retention keeps the newest `keep_last` versions, pinned ones (`pin()`: a
+checkpoint, a generator that is loading), and every version whose blob a
+kept version points into.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rl.rundir import atomic_write
+from rl.store.zgroup import (
+    CorruptData,
+    StoreError,
+    array_metadata,
+    checksum,
+    chunk_key,
+    group_metadata,
+    map_chunk,
+    sweep_temporaries,
+    temporary_name,
+)
+
+MANIFEST = "manifest.json"
+ALIGN = 64
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+class UnknownVersion(StoreError, KeyError):
+    """A weight version that is not committed in the store."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+@dataclass
+class Published:
+    version: int
+    kind: str
+    """"full" or "delta"."""
+    written_tensors: int
+    written_bytes: int
+    committed: bool
+    """False when this version was already committed (nothing was written)."""
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _raw(t: Any) -> np.ndarray:
+    """The bytes of a contiguous CPU tensor, without a copy."""
+    torch = _torch()
+    if t.dtype == torch.bfloat16:
+        t = t.view(torch.int16)
+    return t.numpy().reshape(-1).view(np.uint8)
+
+
+class WeightStore:
+    """Publishing, loading, pinning and retention of weight versions."""
+
+    def __init__(self, store: str | os.PathLike[str]):
+        self.folder = Path(store) / "weights"
+        self.pins = self.folder / "pins"
+
+    # ---------------------------------------------------------------- listing
+    def path(self, version: int) -> Path:
+        return self.folder / f"v{version:010d}"
+
+    def versions(self) -> list[int]:
+        """Committed versions, oldest first."""
+        if not self.folder.is_dir():
+            return []
+        return sorted(
+            int(p.name[1:])
+            for p in self.folder.iterdir()
+            if p.name.startswith("v") and p.name[1:].isdigit() and (p / MANIFEST).exists()
+        )
+
+    def latest(self) -> int | None:
+        v = self.versions()
+        return v[-1] if v else None
+
+    def manifest(self, version: int) -> dict[str, Any]:
+        try:
+            data: dict[str, Any] = json.loads((self.path(version) / MANIFEST).read_bytes())
+            return data
+        except FileNotFoundError:
+            have = self.versions()
+            span = f"{have[0]}..{have[-1]}" if have else "none"
+            raise UnknownVersion(f"weight version {version} is not committed (committed: {span})") from None
+
+    # ---------------------------------------------------------------- publish
+    def publish(
+        self,
+        state_dict: Mapping[str, Any],
+        version: int | None = None,
+        dtype: str | None = "bfloat16",
+        full_every: int = 10,
+    ) -> Published:
+        """Publish `state_dict` as `version` (default: latest + 1). Floating
+        tensors are stored as `dtype` (None: as they are). Publishing a
+        version that is already committed writes nothing."""
+        torch = _torch()
+        if dtype is not None and dtype not in DTYPES:
+            raise StoreError(f"dtype {dtype!r}: expected one of {DTYPES}")
+        if full_every < 1:
+            raise StoreError(f"full_every must be >= 1, got {full_every}")
+        latest = self.latest()
+        version = (latest + 1 if latest is not None else 0) if version is None else version
+        if version < 0:
+            raise StoreError(f"version must be >= 0, got {version}")
+        if (self.path(version) / MANIFEST).exists():
+            m = self.manifest(version)
+            return Published(version, m["kind"], 0, 0, committed=False)
+        if latest is not None and version < latest:
+            raise StoreError(f"version {version} is older than the latest committed version {latest}")
+        prev = self.manifest(latest) if latest is not None else None
+
+        tensors: dict[str, Any] = {}
+        for name, t in state_dict.items():
+            if not isinstance(t, torch.Tensor):
+                raise StoreError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+            t = t.detach()
+            if dtype is not None and t.is_floating_point():
+                t = t.to(getattr(torch, dtype))
+            tensors[name] = t.cpu().contiguous()
+        entries: dict[str, dict[str, Any]] = {}
+        for name, t in tensors.items():
+            raw = _raw(t)
+            entries[name] = {
+                "dtype": str(t.dtype).removeprefix("torch."),
+                "shape": list(t.shape),
+                "nbytes": raw.nbytes,
+                "xxh3": checksum(raw),
+            }
+
+        kind = "full"
+        if prev is not None and prev["deltas_since_full"] + 1 < full_every:
+            kind = "delta"
+        to_write = []
+        offset = 0
+        for name, e in entries.items():
+            old = prev["tensors"].get(name) if (prev is not None and kind == "delta") else None
+            if old is not None and all(old[k] == e[k] for k in ("dtype", "shape", "xxh3")):
+                e.update(stored_in=old["stored_in"], offset=old["offset"])
+                continue
+            e.update(stored_in=version, offset=offset)
+            to_write.append(name)
+            offset += -(-e["nbytes"] // ALIGN) * ALIGN
+        manifest = {
+            "version": version,
+            "kind": kind,
+            "created_at": time.time(),
+            "deltas_since_full": 0 if kind == "full" else prev["deltas_since_full"] + 1,  # type: ignore[index]
+            "blob_bytes": offset,
+            "tensors": entries,
+        }
+
+        self.folder.mkdir(parents=True, exist_ok=True)
+        final = self.path(version)
+        tmp = temporary_name(final)
+        try:
+            self._write_blob(tmp, [(_raw(tensors[n]), entries[n]["offset"]) for n in to_write], offset)
+            atomic_write(tmp / MANIFEST, json.dumps(manifest))
+            os.rename(tmp, final)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if (final / MANIFEST).exists():  # a concurrent publisher committed it first
+                return Published(version, kind, 0, 0, committed=False)
+            raise
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        return Published(version, kind, len(to_write), offset, committed=True)
+
+    @staticmethod
+    def _write_blob(tmp: Path, parts: list[tuple[np.ndarray, int]], size: int) -> None:
+        tmp.mkdir(parents=True)
+        (tmp / "zarr.json").write_bytes(group_metadata({"sarl": "weights"}))
+        (tmp / "data").mkdir()
+        (tmp / "data" / "zarr.json").write_bytes(array_metadata(np.dtype(np.uint8), (size,)))
+        chunk = tmp / "data" / chunk_key(1)
+        chunk.parent.mkdir()
+        fd = os.open(chunk, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            pos = 0
+            for raw, offset in parts:
+                if offset > pos:
+                    os.write(fd, bytes(offset - pos))
+                view = memoryview(raw.data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                pos = offset + raw.nbytes
+            if size > pos:
+                os.write(fd, bytes(size - pos))
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------- load
+    def load(self, version: int | None = None, verify: bool = True) -> tuple[int, dict[str, Any]]:
+        """(version, tensors) of `version` (default: the latest). Tensors are
+        backed by copy-on-write mappings of the stored files: writable, and
+        read from disk only when touched (`verify` touches every byte)."""
+        torch = _torch()
+        if version is None:
+            version = self.latest()
+            if version is None:
+                raise UnknownVersion("no weight version is committed yet")
+        manifest = self.manifest(version)
+        blobs: dict[int, memoryview] = {}
+        out = {}
+        for name, e in manifest["tensors"].items():
+            src = e["stored_in"]
+            if src not in blobs:
+                try:
+                    blobs[src] = map_chunk(self.path(src) / "data" / chunk_key(1))
+                except FileNotFoundError:
+                    raise CorruptData(f"version {version}: {name} is stored in version {src}, which is gone") from None
+            raw = blobs[src][e["offset"] : e["offset"] + e["nbytes"]]
+            if len(raw) != e["nbytes"]:
+                raise CorruptData(f"version {version}: {name}: blob of version {src} is truncated")
+            if verify and checksum(raw) != e["xxh3"]:
+                raise CorruptData(f"version {version}: {name}: checksum mismatch (stored in version {src})")
+            dt = getattr(torch, e["dtype"])
+            t = torch.frombuffer(raw, dtype=dt) if e["nbytes"] else torch.empty(0, dtype=dt)
+            out[name] = t.view(e["shape"])
+        return version, out
+
+    # -------------------------------------------------------- pins, retention
+    def pin(self, holder: str, version: int) -> None:
+        """Keep `version` (and what it points into) while `holder` needs it."""
+        self.manifest(version)  # must exist
+        atomic_write(self.pins / f"{holder}.json", json.dumps({"version": version, "at": time.time()}))
+
+    def unpin(self, holder: str) -> None:
+        (self.pins / f"{holder}.json").unlink(missing_ok=True)
+
+    def pinned(self) -> dict[str, int]:
+        if not self.pins.is_dir():
+            return {}
+        out = {}
+        for p in self.pins.glob("*.json"):
+            try:
+                out[p.stem] = int(json.loads(p.read_text())["version"])
+            except (FileNotFoundError, ValueError, KeyError):
+                continue
+        return out
+
+    def retain(self, keep_last: int, also_keep: Iterable[int] = ()) -> list[int]:
+        """Delete versions that are neither among the newest `keep_last`,
+        pinned, in `also_keep`, nor pointed into by a kept version."""
+        if keep_last < 1:
+            raise StoreError(f"keep_last must be >= 1, got {keep_last}")
+        versions = self.versions()
+        keep = set(versions[-keep_last:]) | set(self.pinned().values()) | set(also_keep)
+        for v in list(keep):
+            if v in versions:
+                keep |= {e["stored_in"] for e in self.manifest(v)["tensors"].values()}
+        dropped = [v for v in versions if v not in keep]
+        for v in dropped:
+            # out of sight in one rename, then removed
+            doomed = self.folder / f".v{v:010d}.deleting-{uuid.uuid4().hex[:8]}"
+            os.rename(self.path(v), doomed)
+            shutil.rmtree(doomed, ignore_errors=True)
+        sweep_temporaries(self.folder, older_than_s=3600)
+        return dropped

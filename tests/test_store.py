@@ -1,0 +1,340 @@
+"""The exchange store: exactly once, crash-safe, checksummed, readable by zarr."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zarr
+from store_worker import make_samples
+
+from rl.checkpoint import LearnerCheckpoints
+from rl.store import BadRollout, CorruptData, Cursor, Store, StoreError, UnknownVersion
+
+WORKER = [sys.executable, str(Path(__file__).with_name("store_worker.py"))]
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+
+
+def _spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([*WORKER, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+
+
+def _check_batch(store: Store, key: tuple[str, int]) -> None:
+    """The batch holds exactly what its writer wrote."""
+    b = store.reader().read(key)
+    want = make_samples(key[0], key[1], len(b), len(b.sample(0).tokens))
+    for got, exp in zip(b.samples(), want, strict=True):
+        assert got.task_id == exp.task_id and got.group_id == exp.group_id
+        assert np.array_equal(got.tokens, exp.tokens) and np.array_equal(got.loss_mask, exp.loss_mask)
+        assert np.array_equal(got.logprobs, exp.logprobs) and got.checks == exp.checks
+        assert got.timings == exp.timings and got.reward == exp.reward
+
+
+# ------------------------------------------------------------------ rollouts
+
+
+def test_batch_round_trip_keeps_every_field(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    samples = make_samples("w0", 0, 5, 7)
+    samples[2].failure = "sandbox timed out"
+    assert store.writer("w0").write(0, samples) is True
+    b = store.reader().read(("w0", 0))
+    assert [s.failure for s in b.samples()] == ["", "", "sandbox timed out", "", ""]
+    assert b.check_names == ["lint", "tests"]
+    _check_batch(store, ("w0", 0))
+
+
+def test_rewriting_a_committed_batch_commits_nothing(tmp_path: Path) -> None:
+    w = Store(tmp_path).writer("w0")
+    assert w.write(3, make_samples("w0", 3, 2, 4)) is True
+    assert w.write(3, make_samples("w0", 3, 9, 9)) is False
+    assert len(Store(tmp_path).reader().read(("w0", 3))) == 2
+    assert Store(tmp_path).reader().committed() == [("w0", 3)]
+
+
+def test_zarr_reads_what_the_store_wrote(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.writer("w0").write(0, make_samples("w0", 0, 4, 6))
+    g = zarr.open_group(str(tmp_path / "rollouts" / "w0" / f"{0:010d}"), mode="r")
+    b = store.reader().read(("w0", 0))
+    for name in ("tokens", "loss_mask", "logprobs", "offsets", "checks", "timings", "reward"):
+        assert np.array_equal(g[name][:], b.columns[name]), name
+    assert g.attrs["task_ids"] == b.task_ids
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda s: setattr(s, "loss_mask", s.loss_mask[:-1]), "must have one length"),
+        (lambda s: setattr(s, "logprobs", s.logprobs[:2]), "must have one length"),
+        (lambda s: setattr(s, "tokens", s.tokens.reshape(1, -1)), "one-dimensional"),
+        (lambda s: setattr(s, "reward", float("nan")), "reward is nan"),
+        (lambda s: setattr(s, "checks", {"tests": 1.0}), "differ from the batch's"),
+        (lambda s: setattr(s, "timings", {"think_s": 1.0}), "unknown timings ['think_s']"),
+        (lambda s: setattr(s, "tokens", -s.tokens), "non-negative integers"),
+        (lambda s: setattr(s, "loss_mask", s.loss_mask * 3), "only 0 and 1"),
+    ],
+)
+def test_bad_samples_are_refused_with_the_field_named(tmp_path: Path, mutate: object, message: str) -> None:
+    samples = make_samples("w0", 0, 3, 6)
+    mutate(samples[1])  # type: ignore[operator]
+    with pytest.raises(BadRollout, match=message.replace("[", r"\[").replace("]", r"\]")):
+        Store(tmp_path).writer("w0").write(0, samples)
+    assert Store(tmp_path).reader().committed() == []
+    assert os.listdir(tmp_path / "rollouts" / "w0") == []  # nothing left behind
+
+
+def test_bad_writer_id_and_seq(tmp_path: Path) -> None:
+    with pytest.raises(BadRollout, match="writer id '../x'"):
+        Store(tmp_path).writer("../x")
+    with pytest.raises(BadRollout, match="seq must be >= 0"):
+        Store(tmp_path).writer("w").write(-1, make_samples("w", 0, 1, 1))
+
+
+def test_corrupted_batch_is_caught_by_its_checksum(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.writer("w0").write(0, make_samples("w0", 0, 4, 2000))
+    chunk = tmp_path / "rollouts/w0" / f"{0:010d}" / "tokens/c/0"
+    data = bytearray(chunk.read_bytes())
+    data[100] ^= 0xFF
+    chunk.write_bytes(bytes(data))
+    with pytest.raises(CorruptData, match="tokens: checksum mismatch"):
+        store.reader().read(("w0", 0))
+
+
+@pytest.mark.slow
+def test_eight_concurrent_writers_lose_nothing(tmp_path: Path) -> None:
+    procs = [_spawn("writer", str(tmp_path), f"w{i}", "15", "20", "50") for i in range(8)]
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+    store = Store(tmp_path)
+    keys = store.reader().committed()
+    assert sorted(keys) == sorted((f"w{i}", s) for i in range(8) for s in range(15))
+    for key in keys:
+        _check_batch(store, key)
+
+
+@pytest.mark.slow
+def test_writer_killed_mid_batch_leaves_nothing_visible_and_recommits_once(tmp_path: Path) -> None:
+    folder = tmp_path / "rollouts" / "w0"
+    # big batches (about 60 MB each) so that the kill lands while one is written
+    p = _spawn("writer", str(tmp_path), "w0", "6", "4", "1500000")
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if (
+            folder.is_dir()
+            and any(".tmp-" in n for n in os.listdir(folder))
+            and any(n.isdigit() for n in os.listdir(folder))
+        ):
+            break
+        time.sleep(0.001)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    leftovers = [n for n in os.listdir(folder) if ".tmp-" in n]
+    committed_before = Store(tmp_path).reader().committed()
+    assert leftovers, "the kill did not land mid-batch"
+    assert 1 <= len(committed_before) < 6
+    for key in committed_before:  # every visible batch is whole
+        Store(tmp_path).reader().read(key)
+    # the restarted writer replays from seq 0: committed seqs are skipped
+    p = _spawn("writer", str(tmp_path), "w0", "6", "4", "1500000")
+    p.communicate(timeout=300)
+    assert p.returncode == 0
+    assert Store(tmp_path).reader().committed() == [("w0", s) for s in range(6)]
+    assert not [n for n in os.listdir(folder) if n.startswith(".")]  # leftovers swept
+    first = committed_before[0]
+    assert Store(tmp_path).reader().read(first).committed_at < Store(tmp_path).reader().read(("w0", 5)).committed_at
+
+
+@pytest.mark.slow
+def test_reader_polling_during_writes_never_sees_partial_data(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    store.weights.publish({"w": torch.zeros(1000)}, version=0, dtype="float32")
+    poller = _spawn("poller", str(tmp_path), "8")
+    writers = [_spawn("writer", str(tmp_path), f"w{i}", "40", "8", "20000") for i in range(3)]
+    deadline = time.time() + 7
+    v = 0
+    while time.time() < deadline:
+        v += 1
+        store.weights.publish(
+            {"w": torch.full((300_000,), float(v)), "b": torch.ones(10)}, dtype="float32", full_every=3
+        )
+    for w in writers:
+        w.communicate(timeout=120)
+    out, err = poller.communicate(timeout=60)
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["errors"] == 0, out
+    assert report["reads"] > 10 and report["loads"] > 10
+
+
+# ------------------------------------------------------------- exactly once
+
+
+@pytest.mark.slow
+def test_exactly_once_across_learner_crashes(tmp_path: Path) -> None:
+    run = tmp_path
+    store = Store.of_run(run)
+    writers = [_spawn("writer", str(store.path), f"w{i}", "25", "4", "30") for i in range(4)]
+    rng = random.Random(7)
+    kills = 0
+    # a learner killed at random points while batches keep arriving
+    while any(w.poll() is None for w in writers) or kills < 5:
+        p = _spawn("learner", str(run), "3")
+        time.sleep(rng.uniform(0.05, 0.6))
+        if p.poll() is None:
+            p.send_signal(signal.SIGKILL)
+            kills += 1
+        p.wait()
+    for w in writers:
+        assert w.wait() == 0
+    p = _spawn("learner", str(run), "3")  # the last one runs to the end
+    out, err = p.communicate(timeout=120)
+    assert p.returncode == 0, err
+    last = LearnerCheckpoints(run).latest()
+    assert last is not None
+    model = json.loads((last.path / "model.json").read_text())
+    expected = {f"w{i}/{s}": 1 for i in range(4) for s in range(25)}
+    assert model == expected  # every batch applied exactly once: none lost, none twice
+    assert len(last.cursor) == 100 and kills >= 5
+
+
+def test_cursor_refuses_a_second_consumption() -> None:
+    c = Cursor()
+    for s in (0, 1, 2, 5, 4):
+        c.add(("w", s))
+    assert c.ranges == {"w": [[0, 2], [4, 5]]} and ("w", 4) in c and ("w", 3) not in c
+    with pytest.raises(StoreError, match="consumed twice"):
+        c.add(("w", 1))
+    assert Cursor.from_json(json.loads(json.dumps(c.to_json()))).ranges == c.ranges
+
+
+def test_unconsumed_lists_each_remaining_batch_once_in_commit_order(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    for seq in range(3):
+        for w in ("b", "a"):
+            store.writer(w).write(seq, make_samples(w, seq, 1, 1))
+    keys = store.reader().committed()
+    assert keys == [("b", 0), ("a", 0), ("b", 1), ("a", 1), ("b", 2), ("a", 2)]
+    c = Cursor()
+    c.add(("a", 0))
+    c.add(("b", 1))
+    assert store.reader().unconsumed(c) == [("b", 0), ("a", 1), ("b", 2), ("a", 2)]
+
+
+# ------------------------------------------------------------------- weights
+
+
+def _state(seed: int = 0) -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return {f"layer{i}.weight": torch.randn(64, 32, generator=g) for i in range(10)} | {
+        "step": torch.tensor([seed], dtype=torch.int64)
+    }
+
+
+def test_weights_round_trip_in_fp32_and_bf16(tmp_path: Path) -> None:
+    ws = Store(tmp_path).weights
+    sd = _state()
+    ws.publish(sd, version=0, dtype="float32")
+    ws.publish(sd, version=1, dtype="bfloat16")
+    v, fp32 = ws.load(0)
+    assert v == 0 and all(torch.equal(fp32[k], sd[k]) for k in sd)
+    _, bf16 = ws.load(1)
+    assert bf16["layer0.weight"].dtype == torch.bfloat16 and bf16["step"].dtype == torch.int64
+    assert torch.equal(bf16["layer3.weight"], sd["layer3.weight"].to(torch.bfloat16))
+    g = zarr.open_group(str(tmp_path / "weights" / f"v{0:010d}"), mode="r")  # zarr reads the blob
+    m = ws.manifest(0)["tensors"]["layer2.weight"]
+    raw = g["data"][m["offset"] : m["offset"] + m["nbytes"]]
+    assert np.array_equal(raw.view(np.float32).reshape(64, 32), sd["layer2.weight"].numpy())
+
+
+def test_delta_stores_only_changed_tensors_and_loads_whole(tmp_path: Path) -> None:
+    ws = Store(tmp_path).weights
+    sd = _state()
+    assert ws.publish(sd, dtype="float32", full_every=3).kind == "full"
+    sd["layer4.weight"] = sd["layer4.weight"] + 1
+    p = ws.publish(sd, dtype="float32", full_every=3)
+    assert (p.version, p.kind, p.written_tensors) == (1, "delta", 1)
+    assert p.written_bytes == 64 * 32 * 4
+    _, loaded = ws.load()
+    assert all(torch.equal(loaded[k], sd[k]) for k in sd)
+    assert ws.manifest(1)["tensors"]["layer0.weight"]["stored_in"] == 0
+    assert ws.publish(sd, dtype="float32", full_every=3).kind == "delta"  # nothing changed: 0 tensors
+    assert ws.publish(sd, dtype="float32", full_every=3).kind == "full"  # every 3rd is full
+
+
+def test_publishing_a_committed_version_again_writes_nothing(tmp_path: Path) -> None:
+    ws = Store(tmp_path).weights
+    ws.publish(_state(0), version=5)
+    again = ws.publish(_state(1), version=5)
+    assert again.committed is False
+    assert torch.equal(ws.load(5)[1]["step"], torch.tensor([0]))
+    with pytest.raises(StoreError, match="older than the latest committed version 5"):
+        ws.publish(_state(2), version=4)
+
+
+def test_corrupted_tensor_is_caught_by_its_checksum(tmp_path: Path) -> None:
+    ws = Store(tmp_path).weights
+    ws.publish(_state(), version=0, dtype="float32")
+    m = ws.manifest(0)["tensors"]["layer7.weight"]
+    blob = tmp_path / "weights" / f"v{0:010d}" / "data" / "c" / "0"
+    with open(blob, "r+b") as f:
+        f.seek(m["offset"] + 10)
+        b = f.read(1)
+        f.seek(m["offset"] + 10)
+        f.write(bytes([b[0] ^ 1]))
+    with pytest.raises(CorruptData, match="layer7.weight: checksum mismatch"):
+        ws.load(0)
+
+
+def test_unknown_version_and_bad_input_are_clear_errors(tmp_path: Path) -> None:
+    ws = Store(tmp_path).weights
+    with pytest.raises(UnknownVersion, match="no weight version is committed yet"):
+        ws.load()
+    ws.publish(_state(), version=0)
+    ws.publish(_state(1), version=1)
+    with pytest.raises(UnknownVersion, match=r"weight version 7 is not committed \(committed: 0..1\)"):
+        ws.load(7)
+    with pytest.raises(StoreError, match="w: expected a torch.Tensor, got list"):
+        ws.publish({"w": [1.0, 2.0]})
+    with pytest.raises(StoreError, match="dtype 'int8'"):
+        ws.publish(_state(), dtype="int8")
+    assert ws.versions() == [0, 1]
+
+
+def test_retention_keeps_newest_pinned_and_referenced(tmp_path: Path) -> None:
+    ws = Store(tmp_path).weights
+    sd = _state()
+    published = {}
+    for v in range(8):  # full at 0, 4; deltas point into them
+        sd["layer0.weight"] = sd["layer0.weight"] + 1
+        ws.publish(sd, version=v, dtype="float32", full_every=4)
+        published[v] = sd["layer0.weight"].clone()
+    ws.pin("generator-3", 1)
+    dropped = ws.retain(keep_last=2)
+    # kept: 6, 7 (newest), 4 (their full base), 1 (pinned), 0 (1's base)
+    assert ws.versions() == [0, 1, 4, 6, 7] and dropped == [2, 3, 5]
+    assert torch.equal(ws.load(7)[1]["layer5.weight"], sd["layer5.weight"])
+    ws.unpin("generator-3")
+    ws.retain(keep_last=2)
+    assert ws.versions() == [4, 6, 7]
+    assert torch.equal(ws.load(6)[1]["layer0.weight"], published[6])
+
+
+def test_run_state_snapshots(tmp_path: Path) -> None:
+    store = Store(tmp_path)
+    assert store.get_state("task_pool") is None
+    for i in range(5):
+        store.put_state("task_pool", {"attempts": np.arange(4) + i, "passes": np.zeros(4)}, {"tasks": ["a"] * 4})
+    arrays, attrs = store.get_state("task_pool")  # type: ignore[misc]
+    assert np.array_equal(arrays["attempts"], np.arange(4) + 4) and attrs["tasks"] == ["a"] * 4
+    assert len(os.listdir(tmp_path / "state" / "task_pool")) == 3  # keeps the last 3
