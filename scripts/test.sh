@@ -4,7 +4,7 @@
 #   sudo scripts/test.sh [PYTEST ARGS...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh dev
+scripts/setup.sh dev,cpu
 scripts/slurm-up.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

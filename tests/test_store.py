@@ -66,9 +66,18 @@ def test_zarr_reads_what_the_store_wrote(tmp_path: Path) -> None:
     store.writer("w0").write(0, make_samples("w0", 0, 4, 6))
     g = zarr.open_group(str(tmp_path / "rollouts" / "w0" / f"{0:010d}"), mode="r")
     b = store.reader().read(("w0", 0))
-    for name in ("tokens", "loss_mask", "logprobs", "offsets", "checks", "timings", "reward"):
-        assert np.array_equal(g[name][:], b.columns[name]), name
+    for name in ("tokens", "loss_mask", "logprobs", "offsets", "ids", "scores"):
+        assert np.array_equal(g[name][...], b.columns[name]), name  # type: ignore[index]
     assert g.attrs["task_ids"] == b.task_ids
+    assert g.attrs["score_columns"] == [
+        "reward",
+        "check/lint",
+        "check/tests",
+        "time/generate_s",
+        "time/execute_s",
+        "time/verify_s",
+    ]
+    assert np.array_equal(b.reward, [s.reward for s in make_samples("w0", 0, 4, 6)])
 
 
 @pytest.mark.parametrize(
@@ -103,7 +112,7 @@ def test_bad_writer_id_and_seq(tmp_path: Path) -> None:
 def test_corrupted_batch_is_caught_by_its_checksum(tmp_path: Path) -> None:
     store = Store(tmp_path)
     store.writer("w0").write(0, make_samples("w0", 0, 4, 2000))
-    chunk = tmp_path / "rollouts/w0" / f"{0:010d}" / "tokens/c/0"
+    chunk = tmp_path / "rollouts/w0" / f"{0:010d}" / "tokens/c.0"
     data = bytearray(chunk.read_bytes())
     data[100] ^= 0xFF
     chunk.write_bytes(bytes(data))
@@ -286,7 +295,7 @@ def test_corrupted_tensor_is_caught_by_its_checksum(tmp_path: Path) -> None:
     ws = Store(tmp_path).weights
     ws.publish(_state(), version=0, dtype="float32")
     m = ws.manifest(0)["tensors"]["layer7.weight"]
-    blob = tmp_path / "weights" / f"v{0:010d}" / "data" / "c" / "0"
+    blob = tmp_path / "weights" / f"v{0:010d}" / "data" / "c.0"
     with open(blob, "r+b") as f:
         f.seek(m["offset"] + 10)
         b = f.read(1)
@@ -338,3 +347,57 @@ def test_run_state_snapshots(tmp_path: Path) -> None:
     arrays, attrs = store.get_state("task_pool")  # type: ignore[misc]
     assert np.array_equal(arrays["attempts"], np.arange(4) + 4) and attrs["tasks"] == ["a"] * 4
     assert len(os.listdir(tmp_path / "state" / "task_pool")) == 3  # keeps the last 3
+
+
+# ------------------------------------------------------------------ commands
+
+
+def test_store_inspect_counts_batches_versions_and_consumption(tmp_path: Path) -> None:
+    from conftest import sarl
+
+    run = tmp_path / "run"
+    store = Store.of_run(run)
+    for seq in range(5):
+        store.writer("w0").write(seq, make_samples("w0", seq, 3, 10))
+    store.writer("w1").write(0, make_samples("w1", 0, 2, 10))
+    (run / "store.zarr/rollouts/w1/.0000000001.tmp-deadbeef").mkdir()  # a dead writer's leftover
+    sd = _state()
+    store.weights.publish(sd, version=0, dtype="float32", full_every=5)
+    sd["layer1.weight"] += 1
+    store.weights.publish(sd, version=1, dtype="float32", full_every=5)
+    store.weights.pin("generator-0", 0)
+    cursor = Cursor()
+    for key in store.reader().committed()[:4]:
+        cursor.add(key)
+    LearnerCheckpoints(run).save(1, cursor)
+    info = json.loads(sarl("store", "inspect", str(run), "--json", cwd=tmp_path).stdout)
+    r, w = info["rollouts"], info["weights"]
+    assert (r["batches"], r["writers"], r["samples"], r["consumed"], r["unconsumed"]) == (6, 2, 17, 4, 2)
+    assert r["files_per_batch"] == 14 and r["uncommitted_leftovers"] == ["w1/.0000000001.tmp-deadbeef"]
+    assert (w["versions"], w["full"], w["delta"], w["latest_written"], w["latest_tensors"]) == (2, 1, 1, 1, 11)
+    assert w["files_per_version"] == 4 and w["pins"] == {"generator-0": 0}
+    text = sarl("store", "inspect", str(run), cwd=tmp_path).stdout
+    assert "6 batches from 2 writers, 17 samples" in text and "consumed 4, unconsumed 2" in text
+    assert "2 versions (v0..v1: 1 full, 1 delta)" in text and "generator-0 -> v0" in text
+
+
+def test_store_inspect_refuses_a_folder_without_store(tmp_path: Path) -> None:
+    from conftest import sarl
+
+    out = sarl("store", "inspect", str(tmp_path), cwd=tmp_path, check=False)
+    assert out.returncode == 2 and "no store.zarr" in out.stderr
+
+
+@pytest.mark.slow
+def test_bench_store_reports_each_figure_beside_its_baseline(tmp_path: Path) -> None:
+    from conftest import sarl
+
+    r = json.loads(
+        sarl("bench", "store", "--quick", "--json", "--dir", str(tmp_path), cwd=tmp_path, timeout=300).stdout
+    )
+    assert r["params"] == 134_515_008 and r["tensors"] == 272 and r["changed_tensors"] == 3
+    for k in ("publish_ratio", "load_ratio", "delta_speedup", "rollout_write_rps", "rollout_read_rps"):
+        assert r[k] > 0, k
+    assert abs(r["publish_ratio"] - r["sarl_publish_gbps"] / r["safetensors_save_gbps"]) < 0.02 * r["publish_ratio"]
+    assert abs(r["delta_speedup"] - r["full_publish_s"] / r["delta_publish_s"]) < 0.05 * r["delta_speedup"]
+    assert os.listdir(tmp_path) == []  # the bench cleans up after itself

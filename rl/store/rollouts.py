@@ -3,18 +3,20 @@
 Layout: `store.zarr/rollouts/<writer>/<seq:010d>/`, one committed group per
 batch (see zgroup). Columns:
 
-  tokens      int32  [T]     every sample's token ids, concatenated
-  loss_mask   uint8  [T]     1 where the policy produced the token and it is
-                             trained on; 0 for prompt and observation tokens
-  logprobs    float32[T]     behaviour log-prob of each token under the policy
-                             version that sampled it; 0 where loss_mask is 0
-  offsets     int64  [N+1]   sample i is tokens[offsets[i]:offsets[i+1]]
-  reward      float64[N]     the aggregated reward
-  checks      float64[N, C]  every check's score; names in the attributes
-  group_id    int64  [N]     samples of one prompt share a group (GRPO groups)
-  policy_version int64[N]    weight version that produced the sample
-  timings     float64[N, 3]  generate_s, execute_s, verify_s
-attributes: writer, seq, check names, task ids and failures (strings).
+  tokens    int32  [T]      every sample's token ids, concatenated
+  loss_mask uint8  [T]      1 where the policy produced the token and it is
+                            trained on; 0 for prompt and observation tokens
+  logprobs  float32[T]      behaviour log-prob of each token under the policy
+                            version that sampled it; 0 where loss_mask is 0
+  offsets   int64  [N+1]    sample i is tokens[offsets[i]:offsets[i+1]]
+  ids       int64  [N, 2]   group_id (samples of one prompt share it),
+                            policy_version (weight version that sampled it)
+  scores    float64[N, K]   reward, then every check's score, then the
+                            timings generate_s, execute_s, verify_s; column
+                            names in the attribute `score_columns`
+attributes: writer, seq, score_columns, task ids and failures (strings).
+Per-sample values share two arrays so that a batch is 6 arrays: 14 files in
+7 folders, which matters on a parallel filesystem's metadata server.
 
 Exactly once: a batch is keyed by (writer, seq). A writer restarted after a
 crash that writes the same seq again finds it committed and commits nothing.
@@ -85,19 +87,41 @@ class RolloutBatch:
     def __len__(self) -> int:
         return len(self.task_ids)
 
+    @property
+    def reward(self) -> np.ndarray:
+        return self.columns["scores"][:, 0]
+
+    @property
+    def checks(self) -> np.ndarray:
+        """[N, C] scores, columns in `check_names` order."""
+        return self.columns["scores"][:, 1 : 1 + len(self.check_names)]
+
+    @property
+    def timings(self) -> np.ndarray:
+        """[N, 3]: generate_s, execute_s, verify_s."""
+        return self.columns["scores"][:, 1 + len(self.check_names) :]
+
+    @property
+    def group_id(self) -> np.ndarray:
+        return self.columns["ids"][:, 0]
+
+    @property
+    def policy_version(self) -> np.ndarray:
+        return self.columns["ids"][:, 1]
+
     def sample(self, i: int) -> Sample:
         c = self.columns
         a, b = int(c["offsets"][i]), int(c["offsets"][i + 1])
         return Sample(
             task_id=self.task_ids[i],
-            group_id=int(c["group_id"][i]),
-            policy_version=int(c["policy_version"][i]),
+            group_id=int(self.group_id[i]),
+            policy_version=int(self.policy_version[i]),
             tokens=c["tokens"][a:b],
             loss_mask=c["loss_mask"][a:b],
             logprobs=c["logprobs"][a:b],
-            reward=float(c["reward"][i]),
-            checks=dict(zip(self.check_names, map(float, c["checks"][i]), strict=True)),
-            timings=dict(zip(TIMINGS, map(float, c["timings"][i]), strict=True)),
+            reward=float(self.reward[i]),
+            checks=dict(zip(self.check_names, map(float, self.checks[i]), strict=True)),
+            timings=dict(zip(TIMINGS, map(float, self.timings[i]), strict=True)),
             failure=self.failures[i],
         )
 
@@ -109,47 +133,58 @@ def _columns(samples: Sequence[Sample]) -> tuple[dict[str, np.ndarray], list[str
     if not samples:
         raise BadRollout("a batch needs at least one sample")
     names = sorted(samples[0].checks)
-    lengths = np.empty(len(samples) + 1, dtype=np.int64)
-    lengths[0] = 0
+    check_keys = set(names)
     for i, s in enumerate(samples):
-        n = len(s.tokens)
-        where = f"sample {i} ({s.task_id!r})"
-        for name in ("tokens", "loss_mask", "logprobs"):
-            if np.ndim(getattr(s, name)) != 1:
-                raise BadRollout(f"{where}: {name} must be one-dimensional, got shape {np.shape(getattr(s, name))}")
-        if len(s.loss_mask) != n or len(s.logprobs) != n:
-            raise BadRollout(
-                f"{where}: tokens, loss_mask and logprobs must have one length; "
-                f"got {n}, {len(s.loss_mask)}, {len(s.logprobs)}"
-            )
-        if sorted(s.checks) != names:
-            raise BadRollout(f"{where}: checks {sorted(s.checks)} differ from the batch's {names}")
+        n = np.shape(s.tokens)
+        if len(n) != 1 or np.shape(s.loss_mask) != n or np.shape(s.logprobs) != n:
+            _explain_shapes(i, s)
+        if s.checks.keys() != check_keys:
+            raise BadRollout(f"sample {i} ({s.task_id!r}): checks {sorted(s.checks)} differ from the batch's {names}")
         if not math.isfinite(s.reward):
-            raise BadRollout(f"{where}: reward is {s.reward}")
-        unknown = set(s.timings) - set(TIMINGS)
-        if unknown:
-            raise BadRollout(f"{where}: unknown timings {sorted(unknown)}; known: {list(TIMINGS)}")
-        lengths[i + 1] = n
-    offsets = np.cumsum(lengths)
-    tokens = np.concatenate([np.asarray(s.tokens) for s in samples])
+            raise BadRollout(f"sample {i} ({s.task_id!r}): reward is {s.reward}")
+        if s.timings and not s.timings.keys() <= _TIMING_KEYS:
+            raise BadRollout(
+                f"sample {i} ({s.task_id!r}): unknown timings {sorted(set(s.timings) - _TIMING_KEYS)}; "
+                f"known: {list(TIMINGS)}"
+            )
+    lengths = np.fromiter((len(s.tokens) for s in samples), dtype=np.int64, count=len(samples))
+    offsets = np.zeros(len(samples) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    tokens = np.concatenate([s.tokens for s in samples])
     if tokens.size and (tokens.dtype.kind not in "iu" or tokens.min() < 0 or tokens.max() > np.iinfo(np.int32).max):
         raise BadRollout("tokens must be non-negative integers that fit int32")
+    loss_mask = np.concatenate([s.loss_mask for s in samples]).astype(np.uint8, copy=False)
+    if loss_mask.max(initial=0) > 1:
+        raise BadRollout("loss_mask must hold only 0 and 1")
+    scores = np.empty((len(samples), 1 + len(names) + len(TIMINGS)), dtype=np.float64)
+    scores[:, 0] = [s.reward for s in samples]
+    for j, name in enumerate(names):
+        scores[:, 1 + j] = [s.checks[name] for s in samples]
+    for j, t in enumerate(TIMINGS):
+        scores[:, 1 + len(names) + j] = [s.timings.get(t, 0.0) for s in samples]
     cols: dict[str, np.ndarray] = {
         "tokens": tokens.astype(np.int32, copy=False),
-        "loss_mask": np.concatenate([np.asarray(s.loss_mask) for s in samples]).astype(np.uint8, copy=False),
-        "logprobs": np.concatenate([np.asarray(s.logprobs) for s in samples]).astype(np.float32, copy=False),
+        "loss_mask": loss_mask,
+        "logprobs": np.concatenate([s.logprobs for s in samples]).astype(np.float32, copy=False),
         "offsets": offsets,
-        "reward": np.array([s.reward for s in samples], dtype=np.float64),
-        "checks": np.array([[s.checks[n] for n in names] for s in samples], dtype=np.float64).reshape(
-            len(samples), len(names)
-        ),
-        "group_id": np.array([s.group_id for s in samples], dtype=np.int64),
-        "policy_version": np.array([s.policy_version for s in samples], dtype=np.int64),
-        "timings": np.array([[s.timings.get(t, 0.0) for t in TIMINGS] for s in samples], dtype=np.float64),
+        "ids": np.array([(s.group_id, s.policy_version) for s in samples], dtype=np.int64),
+        "scores": scores,
     }
-    if cols["loss_mask"].max(initial=0) > 1:
-        raise BadRollout("loss_mask must hold only 0 and 1")
     return cols, names
+
+
+_TIMING_KEYS = set(TIMINGS)
+
+
+def _explain_shapes(i: int, s: Sample) -> None:
+    where = f"sample {i} ({s.task_id!r})"
+    for name in ("tokens", "loss_mask", "logprobs"):
+        if np.ndim(getattr(s, name)) != 1:
+            raise BadRollout(f"{where}: {name} must be one-dimensional, got shape {np.shape(getattr(s, name))}")
+    raise BadRollout(
+        f"{where}: tokens, loss_mask and logprobs must have one length; "
+        f"got {len(s.tokens)}, {len(s.loss_mask)}, {len(s.logprobs)}"
+    )
 
 
 class RolloutWriter:
@@ -183,6 +218,7 @@ class RolloutWriter:
             "writer": self.writer,
             "seq": seq,
             "check_names": names,
+            "score_columns": ["reward", *(f"check/{n}" for n in names), *(f"time/{t}" for t in TIMINGS)],
             "task_ids": [s.task_id for s in samples],
             "failures": [s.failure for s in samples],
         }

@@ -26,12 +26,13 @@ import os
 import shutil
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
 from rl.rundir import atomic_write
 from rl.store.zgroup import (
@@ -124,10 +125,17 @@ class WeightStore:
         version: int | None = None,
         dtype: str | None = "bfloat16",
         full_every: int = 10,
+        changed: Collection[str] | None = None,
     ) -> Published:
         """Publish `state_dict` as `version` (default: latest + 1). Floating
         tensors are stored as `dtype` (None: as they are). Publishing a
-        version that is already committed writes nothing."""
+        version that is already committed writes nothing.
+
+        A delta version finds the changed tensors by checksum. A learner that
+        knows which tensors it trains (LoRA, frozen layers) passes their names
+        as `changed`: the others are then taken from the previous version
+        without being read, which makes a small delta much cheaper. A wrong
+        `changed` publishes stale tensors: pass it only when it is certain."""
         torch = _torch()
         if dtype is not None and dtype not in DTYPES:
             raise StoreError(f"dtype {dtype!r}: expected one of {DTYPES}")
@@ -143,28 +151,34 @@ class WeightStore:
         if latest is not None and version < latest:
             raise StoreError(f"version {version} is older than the latest committed version {latest}")
         prev = self.manifest(latest) if latest is not None else None
+        kind = "delta" if prev is not None and prev["deltas_since_full"] + 1 < full_every else "full"
 
         tensors: dict[str, Any] = {}
+        entries: dict[str, dict[str, Any]] = {}
         for name, t in state_dict.items():
             if not isinstance(t, torch.Tensor):
                 raise StoreError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
             t = t.detach()
             if dtype is not None and t.is_floating_point():
                 t = t.to(getattr(torch, dtype))
-            tensors[name] = t.cpu().contiguous()
-        entries: dict[str, dict[str, Any]] = {}
-        for name, t in tensors.items():
-            raw = _raw(t)
-            entries[name] = {
+            t = tensors[name] = t.cpu().contiguous()
+            e = entries[name] = {
                 "dtype": str(t.dtype).removeprefix("torch."),
                 "shape": list(t.shape),
-                "nbytes": raw.nbytes,
-                "xxh3": checksum(raw),
+                "nbytes": t.nbytes,
             }
+            old = prev["tensors"].get(name) if (prev is not None and kind == "delta") else None
+            if (
+                changed is not None
+                and name not in changed
+                and old is not None
+                and old["dtype"] == e["dtype"]
+                and old["shape"] == e["shape"]
+            ):
+                e["xxh3"] = old["xxh3"]  # unchanged, on the caller's word: not read
+            else:
+                e["xxh3"] = checksum(_raw(t))
 
-        kind = "full"
-        if prev is not None and prev["deltas_since_full"] + 1 < full_every:
-            kind = "delta"
         to_write = []
         offset = 0
         for name, e in entries.items():
@@ -208,7 +222,6 @@ class WeightStore:
         (tmp / "data").mkdir()
         (tmp / "data" / "zarr.json").write_bytes(array_metadata(np.dtype(np.uint8), (size,)))
         chunk = tmp / "data" / chunk_key(1)
-        chunk.parent.mkdir()
         fd = os.open(chunk, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             pos = 0
@@ -238,21 +251,73 @@ class WeightStore:
         blobs: dict[int, memoryview] = {}
         out = {}
         for name, e in manifest["tensors"].items():
-            src = e["stored_in"]
-            if src not in blobs:
-                try:
-                    blobs[src] = map_chunk(self.path(src) / "data" / chunk_key(1))
-                except FileNotFoundError:
-                    raise CorruptData(f"version {version}: {name} is stored in version {src}, which is gone") from None
-            raw = blobs[src][e["offset"] : e["offset"] + e["nbytes"]]
-            if len(raw) != e["nbytes"]:
-                raise CorruptData(f"version {version}: {name}: blob of version {src} is truncated")
+            raw = self._bytes(blobs, version, name, e)
             if verify and checksum(raw) != e["xxh3"]:
-                raise CorruptData(f"version {version}: {name}: checksum mismatch (stored in version {src})")
+                raise CorruptData(f"version {version}: {name}: checksum mismatch (stored in version {e['stored_in']})")
             dt = getattr(torch, e["dtype"])
             t = torch.frombuffer(raw, dtype=dt) if e["nbytes"] else torch.empty(0, dtype=dt)
             out[name] = t.view(e["shape"])
         return version, out
+
+    def load_into(
+        self, target: Mapping[str, Any], version: int | None = None, verify: bool = True, piece: int = 4 << 20
+    ) -> int:
+        """Copy `version` (default: the latest) into the tensors of `target`
+        (a live model's state dict), verifying every checksum on the way: each
+        piece is hashed, then copied while it is still in cache (`verify=False`
+        skips the checksums: only for data verified before). Raises if a
+        tensor is corrupt, missing or mis-shaped; the target may then hold a
+        mix of versions, and must be loaded again."""
+        torch = _torch()
+        if version is None:
+            version = self.latest()
+            if version is None:
+                raise UnknownVersion("no weight version is committed yet")
+        manifest = self.manifest(version)
+        missing = sorted(set(target) - set(manifest["tensors"]))
+        extra = sorted(set(manifest["tensors"]) - set(target))
+        if missing or extra:
+            raise StoreError(
+                f"version {version} does not match the target: not in the version {missing[:5]}, "
+                f"not in the target {extra[:5]}"
+            )
+        blobs: dict[int, memoryview] = {}
+        for name, e in manifest["tensors"].items():
+            dst = target[name]
+            if list(dst.shape) != e["shape"] or str(dst.dtype).removeprefix("torch.") != e["dtype"]:
+                raise StoreError(
+                    f"version {version}: {name} is {e['dtype']}{e['shape']}, "
+                    f"the target's is {str(dst.dtype).removeprefix('torch.')}{list(dst.shape)}"
+                )
+            raw = self._bytes(blobs, version, name, e)
+            if not e["nbytes"]:
+                continue
+            src_bytes = torch.frombuffer(raw, dtype=torch.uint8)
+            dst_bytes = dst.view(-1).view(torch.uint8)
+            if not verify:
+                dst_bytes.copy_(src_bytes)
+                continue
+            h = xxhash.xxh3_64()
+            for a in range(0, e["nbytes"], piece):
+                b = min(e["nbytes"], a + piece)
+                h.update(raw[a:b])
+                dst_bytes[a:b].copy_(src_bytes[a:b])
+            if h.hexdigest() != e["xxh3"]:
+                raise CorruptData(f"version {version}: {name}: checksum mismatch (stored in version {e['stored_in']})")
+        return int(version)
+
+    def _bytes(self, blobs: dict[int, memoryview], version: int, name: str, e: dict[str, Any]) -> memoryview:
+        """The stored bytes of one tensor of `version` (blobs mapped once each)."""
+        src = e["stored_in"]
+        if src not in blobs:
+            try:
+                blobs[src] = map_chunk(self.path(src) / "data" / chunk_key(1))
+            except FileNotFoundError:
+                raise CorruptData(f"version {version}: {name} is stored in version {src}, which is gone") from None
+        raw = blobs[src][e["offset"] : e["offset"] + e["nbytes"]]
+        if len(raw) != e["nbytes"]:
+            raise CorruptData(f"version {version}: {name}: blob of version {src} is truncated")
+        return raw
 
     # -------------------------------------------------------- pins, retention
     def pin(self, holder: str, version: int) -> None:

@@ -16,8 +16,8 @@ Metadata (`zarr.json`) is produced by zarr itself, so `zarr.open_group` reads
 every group the store writes (a test checks it). Chunk bytes move with plain
 file I/O straight from and into array memory, without the copies that
 zarr's codec pipeline makes: that is what brings the store near disk speed.
-Files per group: 1 (group zarr.json) + 2 per array (zarr.json, chunk) + 1
-marker.
+Files per group: 1 (group zarr.json) + 2 per array (zarr.json, chunk `c.0`)
++ 1 marker, in 1 + 1 per array folders.
 """
 
 from __future__ import annotations
@@ -59,8 +59,16 @@ def checksum(buf: Any) -> str:
 def _template(dtype: str) -> str:
     import zarr
 
+    # "." separator: chunk files sit beside zarr.json (c.0), no folder per array's chunks
     arr = zarr.create_array(
-        zarr.storage.MemoryStore(), shape=(1,), chunks=(1,), dtype=dtype, compressors=None, filters=None, fill_value=0
+        zarr.storage.MemoryStore(),
+        shape=(1,),
+        chunks=(1,),
+        dtype=dtype,
+        compressors=None,
+        filters=None,
+        fill_value=0,
+        chunk_key_encoding={"name": "default", "separator": "."},
     )
     return json.dumps(arr.metadata.to_dict())
 
@@ -91,11 +99,12 @@ def group_metadata(attrs: dict[str, Any]) -> bytes:
         return _group_metadata()
     meta = json.loads(_group_metadata())
     meta["attributes"] = attrs
-    return json.dumps(meta, indent=2).encode()
+    return json.dumps(meta, separators=(",", ":")).encode()
 
 
 def chunk_key(ndim: int) -> str:
-    return "c/" + "/".join(["0"] * ndim) if ndim else "c"
+    """File name of the only chunk of an array of `ndim` dimensions."""
+    return ".".join(["c"] + ["0"] * ndim)
 
 
 # ------------------------------------------------------------------ writing
@@ -122,16 +131,14 @@ def _as_le(a: np.ndarray) -> np.ndarray:
 def write_group(tmp: Path, arrays: dict[str, np.ndarray], attrs: dict[str, Any], marker: dict[str, Any]) -> None:
     """Write a group into the (new) folder `tmp`; the marker last."""
     tmp.mkdir(parents=True)
-    (tmp / "zarr.json").write_bytes(group_metadata(attrs))
+    _write_file(tmp / "zarr.json", group_metadata(attrs))
     listing = {}
     for name, a in arrays.items():
         a = _as_le(a)
         folder = tmp / name
         folder.mkdir()
-        (folder / "zarr.json").write_bytes(array_metadata(a.dtype, a.shape))
-        chunk = folder / chunk_key(a.ndim)
-        chunk.parent.mkdir(parents=True, exist_ok=True)
-        _write_file(chunk, a)
+        _write_file(folder / "zarr.json", array_metadata(a.dtype, a.shape))
+        _write_file(folder / chunk_key(a.ndim), a)
         listing[name] = {"dtype": a.dtype.str, "shape": list(a.shape), "xxh3": checksum(a)}
     _write_file(tmp / MARKER, json.dumps({**marker, "arrays": listing, "committed_at": time.time()}).encode())
 

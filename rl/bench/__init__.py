@@ -1,0 +1,1 @@
+"""`sarl bench ...`: each figure beside a baseline measured in the same run."""

@@ -1,0 +1,126 @@
+"""`sarl store inspect RUN_DIR`: what the store holds, and what is consumed."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any
+
+from rl.checkpoint import LearnerCheckpoints
+from rl.store import Store
+from rl.store.zgroup import MARKER, read_marker
+
+
+def _tree(path: Path) -> tuple[int, int]:
+    """(files, bytes) under a folder."""
+    files = size = 0
+    for root, _, names in os.walk(path):
+        for n in names:
+            files += 1
+            with contextlib.suppress(FileNotFoundError):
+                size += os.stat(os.path.join(root, n)).st_size
+    return files, size
+
+
+def inspect(run_dir: Path) -> dict[str, Any]:
+    store = Store.of_run(run_dir)
+    ws = store.weights
+    versions = ws.versions()
+    weights: dict[str, Any] = {"versions": len(versions), "pins": ws.pinned()}
+    if versions:
+        manifests = [ws.manifest(v) for v in versions]
+        latest = manifests[-1]
+        files, size = _tree(ws.folder)
+        weights.update(
+            first=versions[0],
+            latest=versions[-1],
+            full=sum(m["kind"] == "full" for m in manifests),
+            delta=sum(m["kind"] == "delta" for m in manifests),
+            bytes=size,
+            files_per_version=_tree(ws.path(versions[-1]))[0],
+            latest_kind=latest["kind"],
+            latest_tensors=len(latest["tensors"]),
+            latest_written=sum(e["stored_in"] == latest["version"] for e in latest["tensors"].values()),
+        )
+
+    reader = store.reader()
+    keys = reader.committed()
+    samples = tokens = 0
+    per_writer: dict[str, int] = {}
+    leftovers = []
+    folder = store.path / "rollouts"
+    for w, s in keys:
+        m = read_marker(folder / w / f"{s:010d}") or {}
+        samples += m.get("samples", 0)
+        tokens += m.get("tokens", 0)
+        per_writer[w] = per_writer.get(w, 0) + 1
+    if folder.is_dir():
+        for wdir in folder.iterdir():
+            leftovers += [f"{wdir.name}/{p.name}" for p in wdir.iterdir() if p.name.startswith(".")]
+    ckpt = LearnerCheckpoints(run_dir).latest()
+    consumed = sum(1 for k in keys if ckpt is not None and k in ckpt.cursor)
+    files, size = _tree(folder) if folder.is_dir() else (0, 0)
+    rollouts = {
+        "writers": len(per_writer),
+        "batches": len(keys),
+        "samples": samples,
+        "tokens": tokens,
+        "bytes": size,
+        "files_per_batch": _tree(folder / keys[-1][0] / f"{keys[-1][1]:010d}")[0] if keys else 0,
+        "consumed": consumed,
+        "unconsumed": len(keys) - consumed,
+        "checkpoint": ckpt.path.name if ckpt else None,
+        "uncommitted_leftovers": leftovers,
+    }
+    state = {}
+    sfolder = store.path / "state"
+    if sfolder.is_dir():
+        for t in sorted(sfolder.iterdir()):
+            seqs = sorted(int(p.name) for p in t.iterdir() if p.name.isdigit() and (p / MARKER).exists())
+            if seqs:
+                state[t.name] = {"latest": seqs[-1], "kept": len(seqs)}
+    return {"store": str(store.path), "weights": weights, "rollouts": rollouts, "state": state}
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000:
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def render(info: dict[str, Any]) -> str:
+    w, r = info["weights"], info["rollouts"]
+    lines = [f"store {info['store']}"]
+    if w["versions"]:
+        lines.append(
+            f"weights   {w['versions']} versions (v{w['first']}..v{w['latest']}: "
+            f"{w['full']} full, {w['delta']} delta), "
+            f"{_size(w['bytes'])}, {w['files_per_version']} files per version"
+        )
+        lines.append(
+            f"          latest v{w['latest']}: {w['latest_kind']}, {w['latest_written']} of "
+            f"{w['latest_tensors']} tensors stored in it"
+        )
+    else:
+        lines.append("weights   none published")
+    if w["pins"]:
+        lines.append("          pinned: " + ", ".join(f"{h} -> v{v}" for h, v in sorted(w["pins"].items())))
+    lines.append(
+        f"rollouts  {r['batches']} batches from {r['writers']} writers, {r['samples']:,} samples, "
+        f"{r['tokens']:,} tokens, {_size(r['bytes'])}, {r['files_per_batch']} files per batch"
+    )
+    lines.append(
+        f"          consumed {r['consumed']}, unconsumed {r['unconsumed']} "
+        f"(learner checkpoint: {r['checkpoint'] or 'none'})"
+    )
+    if r["uncommitted_leftovers"]:
+        lines.append(
+            f"          uncommitted leftovers of dead writers: {len(r['uncommitted_leftovers'])} "
+            f"(swept when that writer restarts)"
+        )
+    for name, s in info["state"].items():
+        lines.append(f"state     {name}: snapshot {s['latest']} ({s['kept']} kept)")
+    return "\n".join(lines)
