@@ -1,1 +1,45 @@
-"""Sandbox backends, pools and the resident executor (see the Sandboxes section of the README)."""
+"""Sandboxes: where model-written code runs, isolated and limited.
+
+    open_sandbox(cfg)  a persistent sandbox (exec, run_snippet, write_file,
+                       read_file, reset, close; a context manager)
+    run_once(argv)     one command in a fresh sandbox
+    WarmPool(cfg)      ready sandboxes, refilled in the background
+
+Backends are chosen by `cfg.backend.type`: `bwrap` (bubblewrap, default) or
+`apptainer` (SIF images through spython). Each is imported only when chosen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sandboxes.base import ExecResult, SandboxDied, SandboxError
+from sandboxes.config import Limits, SandboxConfig
+
+__all__ = ["ExecResult", "Limits", "SandboxConfig", "SandboxDied", "SandboxError", "open_sandbox", "run_once"]
+
+
+def open_sandbox(cfg: SandboxConfig | None = None) -> Any:
+    cfg = cfg or SandboxConfig()
+    if cfg.backend.type == "apptainer":
+        from sandboxes.apptainer import ApptainerSandbox
+
+        return ApptainerSandbox(cfg)
+    from sandboxes.bwrap import BwrapSandbox
+
+    return BwrapSandbox(cfg)
+
+
+def run_once(
+    argv: list[str], cfg: SandboxConfig | None = None, stdin: bytes = b"", files: dict[str, bytes] | None = None
+) -> ExecResult:
+    cfg = cfg or SandboxConfig()
+    if cfg.backend.type == "apptainer":
+        from sandboxes import apptainer
+
+        if files:
+            raise SandboxError("run_once with files is not supported by the apptainer backend; use open_sandbox")
+        return apptainer.run_once(argv, cfg, stdin)
+    from sandboxes import bwrap
+
+    return bwrap.run_once(argv, cfg, stdin, files)

@@ -1,0 +1,398 @@
+"""The agent that runs inside a persistent sandbox (stdlib only, Python >= 3.8).
+
+It is the sandbox's only long-lived process besides bubblewrap's init. The
+host talks to it over its stdin/stdout: each message is a 4-byte header
+length, a 4-byte payload length, a JSON header, then the payload bytes.
+
+  exec     run a command (payload: its stdin) under the limits
+  snippet  run Python code in a forked child of this (pre-imported) process:
+           the resident executor, a few ms per call
+  write    write a file under /work or /tmp (payload: the content)
+  read     read a file (reply payload: the content)
+  reset    kill every process, empty /work and /tmp
+  ping     liveness
+
+After every exec or snippet it kills every other process of the sandbox's
+pid namespace (`kill(-1)`), so nothing a command left behind (setsid, double
+fork, daemons) survives into the next one. It marks itself non-dumpable, so
+code running as the same uid cannot read its memory or open its pipes
+through /proc; that code can still kill it, which the host sees as a dead
+sandbox and replaces.
+
+`Watch` (which limit fired) is shared with the host, which imports this file
+for one-shot runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import time
+import traceback
+
+CG = "/run/sarl/cg"  # read-only binds of this sandbox's cgroup counters
+HEADER = struct.Struct("<II")
+
+
+class Watch:
+    """Reads cgroup counters (where present) and tells which limit fired."""
+
+    def __init__(self, cg_dir, limits):
+        self.cg = cg_dir
+        self.limits = limits
+        self.base = self._counters()
+
+    def _read(self, name):
+        try:
+            with open(os.path.join(self.cg, name)) as f:
+                return f.read()
+        except OSError:
+            return None
+
+    def _counters(self):
+        out = {}
+        text = self._read("pids.events")
+        if text is not None:  # v1: "max N"; v2: "max N"
+            out["pids"] = int(text.split()[1])
+        text = self._read("memory.oom_control")  # v1
+        if text is not None:
+            fields = dict(line.split() for line in text.splitlines() if line.strip())
+            out["memory"] = int(fields.get("oom_kill", 0))
+        text = self._read("memory.events")  # v2
+        if text is not None:
+            fields = dict(line.split() for line in text.splitlines() if line.strip())
+            out["memory"] = int(fields.get("oom_kill", 0)) + int(fields.get("max", 0))
+        text = self._read("memory.failcnt")  # v1: hits of the limit
+        if text is not None:
+            out["memory_failcnt"] = int(text)
+        text = self._read("cpuacct.usage")  # v1, ns
+        if text is not None:
+            out["cpu_ns"] = int(text)
+        text = self._read("cpu.stat")  # v2
+        if text is not None and "usage_usec" in text:
+            fields = dict(line.split() for line in text.splitlines() if line.strip())
+            out["cpu_ns"] = int(fields["usage_usec"]) * 1000
+        return out
+
+    def fired(self, disk_paths=()):
+        """The name of a limit that was hit since the watch started, or None."""
+        now = self._counters()
+        if now.get("pids", 0) > self.base.get("pids", 0):
+            return "processes"
+        if now.get("memory", 0) > self.base.get("memory", 0):
+            return "memory"
+        cpu = self.limits.get("cpu_s")
+        if cpu and "cpu_ns" in now and now["cpu_ns"] - self.base.get("cpu_ns", 0) > cpu * 1e9:
+            return "cpu_time"
+        cap = self.limits.get("disk_bytes")
+        for p in self.disk_paths(disk_paths):
+            try:
+                st = os.statvfs(p)
+            except OSError:
+                continue
+            if st.f_bavail == 0 or st.f_favail == 0 or (cap and (st.f_blocks - st.f_bfree) * st.f_frsize >= cap):
+                return "disk"
+        return None
+
+    def disk_paths(self, default):
+        return default
+
+    def memory_hit(self):
+        return self._counters().get("memory_failcnt", 0) > self.base.get("memory_failcnt", 0)
+
+    def cpu_s(self):
+        now = self._counters()
+        if "cpu_ns" not in now:
+            return None
+        return (now["cpu_ns"] - self.base.get("cpu_ns", 0)) / 1e9
+
+
+def apply_rlimits(limits):
+    """Per-process limits, inherited by children (set in the child before exec)."""
+    import resource
+
+    if limits.get("cpu_s"):
+        s = int(limits["cpu_s"]) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (s, s + 1))
+    if limits.get("rlimit_as"):
+        resource.setrlimit(resource.RLIMIT_AS, (limits["rlimit_as"],) * 2)
+    if limits.get("rlimit_nproc"):
+        resource.setrlimit(resource.RLIMIT_NPROC, (limits["rlimit_nproc"],) * 2)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def collect(pid, fds, limits, watch, disk_paths, stdin=b"", stdin_fd=None):
+    """Wait for `pid`, reading its stdout/stderr, enforcing wall time, output
+    size and (through `watch`) cgroup limits. Returns (status, out, err,
+    truncated, limit); on a limit `kill_tree()` is the caller's job."""
+    bufs = {fd: bytearray() for fd in fds}
+    truncated = {fd: False for fd in fds}
+    cap = limits.get("output_bytes", 1 << 20)
+    deadline = time.monotonic() + limits.get("wall_s", 60)
+    open_fds = list(fds)
+    pending = memoryview(stdin)
+    wfd = stdin_fd if stdin_fd is not None and pending else None
+    if stdin_fd is not None and not pending:
+        os.close(stdin_fd)
+    status, limit = None, None
+    next_check = 0.0
+    while True:
+        # once the pipes are closed the child is exiting: poll its status closely
+        timeout = max(0.0, min(0.005 if open_fds else 0.0002, deadline - time.monotonic()))
+        try:
+            r, w, _ = select.select(open_fds, [wfd] if wfd is not None else [], [], timeout)
+        except InterruptedError:
+            r, w = [], []
+        for fd in r:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.remove(fd)
+                continue
+            room = cap - len(bufs[fd])
+            if len(chunk) > room:
+                bufs[fd] += chunk[: max(0, room)]
+                truncated[fd] = True
+                limit = "output"
+            else:
+                bufs[fd] += chunk
+        if w and wfd is not None:
+            try:
+                n = os.write(wfd, pending[:65536])
+                pending = pending[n:]
+            except BrokenPipeError:
+                pending = pending[:0]
+            if not pending:
+                os.close(wfd)
+                wfd = None
+        if status is None:
+            done, st = os.waitpid(pid, os.WNOHANG)
+            if done:
+                status = st
+        if limit is None and time.monotonic() >= next_check:
+            limit = watch.fired(disk_paths)
+            next_check = time.monotonic() + 0.02
+        if limit is None and time.monotonic() >= deadline:
+            limit = "wall_time"
+        if limit is not None:
+            break
+        if status is not None and not open_fds:
+            break
+        if status is not None and time.monotonic() > deadline:
+            break
+    if limit is None:  # it may have hit one and ended between two checks
+        limit = watch.fired(disk_paths)
+    if wfd is not None:
+        os.close(wfd)
+    return status, bytes(bufs[fds[0]]), bytes(bufs[fds[1]]), (truncated[fds[0]], truncated[fds[1]]), limit
+
+
+def describe(status):
+    """(exit_code, signal) of a wait status; (None, None) if still running."""
+    if status is None:
+        return None, None
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status), os.WTERMSIG(status)
+    return os.WEXITSTATUS(status), None
+
+
+# ----------------------------------------------------------------- the agent
+
+
+def _kill_tree():
+    """SIGKILL every process of this pid namespace except init and ourselves."""
+    me = os.getpid()
+    for _ in range(200):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while True:  # reap our own children
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not others:
+            return
+        time.sleep(0.001)
+
+
+def _read_exact(n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(0, n - len(buf))
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    return bytes(buf)
+
+
+def _send(header, payload=b""):
+    data = json.dumps(header).encode()
+    out = HEADER.pack(len(data), len(payload)) + data + payload
+    view = memoryview(out)
+    while view:
+        view = view[os.write(1, view) :]
+
+
+def _safe_path(path):
+    real = os.path.realpath(path)
+    if not (real == "/work" or real.startswith("/work/") or real == "/tmp" or real.startswith("/tmp/")):
+        raise PermissionError("only /work and /tmp are writable: " + path)
+    return real
+
+
+def _run(header, payload, code=None):
+    limits = header.get("limits", {})
+    watch = Watch(CG, limits)
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    in_r, in_w = os.pipe()
+    t0 = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.setpgid(0, 0)
+            os.dup2(in_r, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
+                os.close(fd)
+            apply_rlimits(limits)
+            os.chdir(header.get("cwd", "/work"))
+            if code is None:
+                env = dict(BASE_ENV, **header.get("env", {}))
+                argv = header["argv"]
+                os.execvpe(argv[0], argv, env)
+            sys.stdin = open(0)  # noqa: SIM115
+            sys.stdout = open(1, "w", buffering=1)  # noqa: SIM115
+            sys.stderr = open(2, "w", buffering=1)  # noqa: SIM115
+            try:
+                exec(compile(code, "<snippet>", "exec"), {"__name__": "__main__"})
+                rc = 0
+            except SystemExit as e:
+                rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            except BaseException:
+                traceback.print_exc()
+                rc = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(rc)
+        except BaseException as e:
+            os.write(2, ("sandbox: cannot run: %s\n" % e).encode())
+            os._exit(127)
+    for fd in (in_r, out_w, err_w):
+        os.close(fd)
+    status, out, err, trunc, limit = collect(
+        pid, [out_r, err_r], limits, watch, ("/work", "/tmp"), stdin=payload, stdin_fd=in_w
+    )
+    if limit is None and status is not None and watch.memory_hit() and os.WIFSIGNALED(status):
+        limit = "memory"  # the OOM killer took it
+    if (
+        limit is None
+        and status is not None
+        and os.WIFSIGNALED(status)
+        and os.WTERMSIG(status) in (signal.SIGXCPU,) + ((signal.SIGKILL,) if limits.get("cpu_s") else ())
+        and (watch.cpu_s() or 0) >= limits.get("cpu_s", 1e18) * 0.9
+    ):
+        limit = "cpu_time"
+    if limit is None and status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXFSZ:
+        limit = "disk"
+    _kill_tree()
+    if status is None:
+        try:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            status = None
+    for fd in (out_r, err_r):
+        os.close(fd)
+    exit_code, sig = describe(status)
+    return {
+        "ok": True,
+        "exit_code": exit_code,
+        "signal": sig,
+        "limit": limit,
+        "duration_s": time.monotonic() - t0,
+        "cpu_s": watch.cpu_s(),
+        "stdout_len": len(out),
+        "stdout_truncated": trunc[0],
+        "stderr_truncated": trunc[1],
+    }, out + err
+
+
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _wipe(root):
+    for name in os.listdir(root):
+        path = os.path.join(root, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            for dirpath, dirnames, filenames in os.walk(path, topdown=False):
+                for f in filenames:
+                    os.unlink(os.path.join(dirpath, f))
+                for d in dirnames:
+                    full = os.path.join(dirpath, d)
+                    if os.path.islink(full):
+                        os.unlink(full)
+                    else:
+                        os.rmdir(full)
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+
+
+def serve():
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 0
+    except Exception:  # noqa: S110 (best effort: a missing libc symbol only loses hardening)
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _send({"ok": True, "ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
+    while True:
+        try:
+            hlen, plen = HEADER.unpack(_read_exact(HEADER.size))
+            header = json.loads(_read_exact(hlen))
+            payload = _read_exact(plen) if plen else b""
+        except EOFError:
+            return
+        op = header.get("op")
+        try:
+            if op == "exec":
+                reply, data = _run(header, payload)
+            elif op == "snippet":
+                reply, data = _run(header, b"", code=payload.decode())
+            elif op == "write":
+                path = _safe_path(header["path"])
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(payload)
+                os.chmod(path, header.get("mode", 0o644))
+                reply, data = {"ok": True}, b""
+            elif op == "read":
+                with open(header["path"], "rb") as f:
+                    data = f.read(header.get("max_bytes", 1 << 30))
+                reply = {"ok": True}
+            elif op == "reset":
+                _kill_tree()
+                for root in ("/work", "/tmp"):
+                    _wipe(root)
+                reply, data = {"ok": True}, b""
+            elif op == "ping":
+                reply, data = {"ok": True}, b""
+            else:
+                reply, data = {"ok": False, "error": "unknown op %r" % op}, b""
+        except OSError as e:
+            reply, data = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}, b""
+        _send(reply, data)
+
+
+if __name__ == "__main__":
+    serve()

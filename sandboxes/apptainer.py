@@ -1,0 +1,168 @@
+"""The Apptainer backend (clusters), through spython.
+
+Each sandbox is an Apptainer instance of a SIF image built from
+`containers/sandbox.def` (`scripts/build-image.sh`), started contained:
+`--containall --cleanenv --no-home` (no host home, no host /tmp, clean
+environment), `--net --network none` (no network), `--writable-tmpfs` (a
+throwaway writable layer), with Apptainer's cgroup limits (`--memory`,
+`--pids-limit`; cgroup v2 with systemd delegation, as most clusters have).
+Commands run through `apptainer exec instance://NAME`, under coreutils'
+`timeout` for wall time. `reset()` restarts the instance.
+
+Apptainer cannot be installed on the machines this project is developed on
+(it is in neither Debian 12 nor PyPI): the tests run this module against a
+stand-in binary that records its command line, and say so in their names.
+On a cluster, run the same tests with SARL_REAL_APPTAINER=1 and the image
+built, to exercise the real binary.
+"""
+
+from __future__ import annotations
+
+import base64
+import shlex
+import time
+import uuid
+from typing import Any
+
+from sandboxes.base import ExecResult, SandboxError
+from sandboxes.config import ApptainerBackend, Limits, SandboxConfig
+
+CONTAIN = ["--containall", "--cleanenv", "--no-home", "--net", "--network", "none", "--writable-tmpfs"]
+
+
+def limit_flags(limits: Limits) -> list[str]:
+    return ["--memory", f"{limits.memory_mb}M", "--pids-limit", str(limits.processes)]
+
+
+def _client(backend: ApptainerBackend) -> Any:
+    from spython.main import get_client
+
+    client = get_client()
+    # spython picks "singularity" or "apptainer" by what answers `--version`
+    return client
+
+
+def _wrap(argv: list[str], limits: Limits, cwd: str) -> list[str]:
+    """Wall time and working directory inside the container."""
+    inner = f"cd {shlex.quote(cwd)} && exec " + shlex.join(argv)
+    return ["timeout", "-s", "KILL", f"{limits.wall_s:g}", "/bin/sh", "-c", inner]
+
+
+def _result(res: Any, t0: float) -> ExecResult:
+    if isinstance(res, dict):
+        code, message = int(res.get("return_code", 1)), res.get("message", "")
+    else:
+        code, message = 0, res
+    text = message if isinstance(message, str) else "".join(message)
+    limit = "wall_time" if code == 137 else None
+    return ExecResult(
+        exit_code=None if limit else code,
+        stdout=text.encode(),
+        stderr=b"",
+        limit=limit,
+        duration_s=time.monotonic() - t0,
+        enforced={
+            "wall_time": "timeout(1)",
+            "memory": "apptainer --memory (cgroup)",
+            "processes": "apptainer --pids-limit (cgroup)",
+            "disk": "writable tmpfs",
+        },
+    )
+
+
+class ApptainerSandbox:
+    """A persistent sandbox: one contained Apptainer instance."""
+
+    def __init__(self, cfg: SandboxConfig):
+        if not isinstance(cfg.backend, ApptainerBackend):
+            raise SandboxError("ApptainerSandbox needs an apptainer backend config")
+        self.cfg = cfg
+        self.backend = cfg.backend
+        self.client = _client(cfg.backend)
+        self.name = f"sarl-{uuid.uuid4().hex[:10]}"
+        self.instance: Any = None
+        self._start()
+
+    def _start(self) -> None:
+        options = CONTAIN + limit_flags(self.cfg.limits)
+        self.instance = self.client.instance(self.backend.image, name=self.name, options=options, quiet=True)
+        if self.instance is None:
+            raise SandboxError(f"apptainer could not start an instance of {self.backend.image}")
+
+    def exec(
+        self,
+        argv: list[str],
+        stdin: bytes = b"",
+        limits: Limits | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str = "/work",
+    ) -> ExecResult:
+        lim = limits or self.cfg.limits
+        command = _wrap(argv, lim, cwd)
+        if stdin:
+            b64 = base64.b64encode(stdin).decode()
+            command = ["/bin/sh", "-c", f"echo {b64} | base64 -d | " + shlex.join(command)]
+        t0 = time.monotonic()
+        res = self.client.execute(
+            self.instance,
+            command,
+            return_result=True,
+            quiet=True,
+            options=[f"--env={k}={v}" for k, v in (env or {}).items()] or None,
+        )
+        return _result(res, t0)
+
+    def run_snippet(self, code: str, limits: Limits | None = None) -> ExecResult:
+        return self.exec(["python3", "-c", code], limits=limits)
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        b64 = base64.b64encode(raw).decode()
+        q = shlex.quote(path)
+        r = self.exec(
+            ["/bin/sh", "-c", f"mkdir -p $(dirname {q}) && echo {b64} | base64 -d > {q} && chmod {mode:o} {q}"]
+        )
+        if not r.ok:
+            raise SandboxError(f"write {path}: {r.stdout.decode(errors='replace')}")
+
+    def read_file(self, path: str, max_bytes: int = 1 << 30) -> bytes:
+        r = self.exec(["/bin/sh", "-c", f"base64 < {shlex.quote(path)}"])
+        if not r.ok:
+            raise SandboxError(f"read {path}: {r.stdout.decode(errors='replace')}")
+        return base64.b64decode(r.stdout)[:max_bytes]
+
+    def reset(self) -> None:
+        self.close()
+        self._start()
+
+    @property
+    def alive(self) -> bool:
+        return self.instance is not None
+
+    def close(self) -> None:
+        if self.instance is not None:
+            try:
+                self.instance.stop()
+            finally:
+                self.instance = None
+
+    def __enter__(self) -> ApptainerSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def run_once(argv: list[str], cfg: SandboxConfig, stdin: bytes = b"") -> ExecResult:
+    """One command in a fresh contained container (no instance)."""
+    assert isinstance(cfg.backend, ApptainerBackend)
+    client = _client(cfg.backend)
+    t0 = time.monotonic()
+    res = client.execute(
+        cfg.backend.image,
+        _wrap(argv, cfg.limits, "/tmp"),
+        return_result=True,
+        quiet=True,
+        options=CONTAIN + limit_flags(cfg.limits),
+    )
+    return _result(res, t0)

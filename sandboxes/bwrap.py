@@ -1,0 +1,563 @@
+"""The bubblewrap backend.
+
+Isolation (what the tests attack):
+  * filesystem: /usr, /etc/ld.so.cache and the runtime's own tree, read-only;
+    /work and /tmp are tmpfs of `disk_mb` each; nothing else of the host (no
+    home, no run directory, no other sandbox, no secrets) is mounted;
+  * namespaces: its own pid, network (loopback only, so nothing is
+    reachable), ipc, uts and cgroup namespaces;
+  * identity: started as root, it drops to uid 100000+slot (its own per
+    sandbox) with no capabilities and no_new_privs (setpriv); started as a
+    normal user, bubblewrap's user namespace maps it to that user;
+  * environment: cleared, then PATH, HOME=/work, LANG;
+  * lifetime: --die-with-parent: the sandbox dies with the worker that made it.
+
+Limits: memory, processes and CPU time through the sandbox's cgroups where
+they are writable, rlimits otherwise; wall time, output size and disk
+(tmpfs) by the agent or, for one-shot runs, by this process.
+
+It does not defend against kernel exploits, side channels, or a hostile
+process exhausting what limits do not cover (e.g. inodes in tmpfs beyond its
+size, CPU share while within the time limit).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from sandboxes import agent
+from sandboxes.base import ExecResult, SandboxDied, SandboxError
+from sandboxes.cgroups import Cgroups, Slot
+from sandboxes.config import Limits, SandboxConfig
+
+AGENT_INSIDE = "/run/sarl/agent.py"
+
+
+class Runtime:
+    """What a runtime adds to the sandbox: its interpreter and read-only trees."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.binds: list[str] = []
+        self.python = "/usr/bin/python3"
+        if name == "venv":
+            if sys.prefix == sys.base_prefix:
+                raise SandboxError("runtime 'venv' needs sarl to run from a virtual environment")
+            self.binds = [sys.prefix, sys.base_prefix]
+            self.python = str(Path(sys.prefix) / "bin" / "python")
+        elif name == "node":
+            if not shutil.which("node"):
+                raise SandboxError("runtime 'node': Node.js is not installed here")
+        elif name != "system":
+            raise SandboxError(f"unknown runtime {name!r}")
+        if not Path(self.python).exists():
+            raise SandboxError(f"runtime {name!r}: {self.python} does not exist")
+
+
+def _require_bwrap() -> str:
+    path = shutil.which("bwrap")
+    if not path:
+        raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+    return path
+
+
+def bwrap_argv(
+    limits: Limits,
+    slot: Slot,
+    runtime: Runtime,
+    cg: Cgroups | None,
+    with_agent: bool,
+    host_dirs: dict[str, str] | None = None,
+) -> list[str]:
+    """The bwrap command line that opens a sandbox (the command to run follows).
+    `host_dirs` binds host-mounted tmpfs at /work and /tmp instead of private ones."""
+    size = str(limits.disk_mb << 20)
+    scratch = [
+        "--size",
+        size,
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        size,
+        "--perms",
+        "1777",
+        "--tmpfs",
+        "/work",
+    ]
+    if host_dirs:
+        scratch = ["--bind", host_dirs["/tmp"], "/tmp", "--bind", host_dirs["/work"], "/work"]
+    argv = [
+        _require_bwrap(),
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--symlink",
+        "usr/bin",
+        "/bin",
+        "--symlink",
+        "usr/lib",
+        "/lib",
+        "--symlink",
+        "usr/lib64",
+        "/lib64",
+        "--symlink",
+        "usr/sbin",
+        "/sbin",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        *scratch,
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup",
+        "--hostname",
+        "sandbox",
+        "--die-with-parent",
+        "--new-session",
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/local/bin:/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        "/work",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--setenv",
+        "PYTHONDONTWRITEBYTECODE",
+        "1",
+        "--chdir",
+        "/work",
+    ]
+    for etc in ("/etc/ld.so.cache", "/etc/alternatives"):
+        if os.path.exists(etc):
+            argv += ["--ro-bind", etc, etc]
+    for tree in runtime.binds:
+        argv += ["--ro-bind", tree, tree]
+    if with_agent:  # bubblewrap would create these parents 0700, unreadable to the sandbox's uid
+        argv += [
+            "--perms",
+            "0755",
+            "--dir",
+            "/run",
+            "--perms",
+            "0755",
+            "--dir",
+            "/run/sarl",
+            "--perms",
+            "0755",
+            "--dir",
+            agent.CG,
+        ]
+        argv += ["--ro-bind", str(Path(agent.__file__).resolve()), AGENT_INSIDE]
+        for name, path in (cg.counter_files() if cg else {}).items():
+            argv += ["--ro-bind", path, f"{agent.CG}/{name}"]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if not setpriv:
+            raise SandboxError("setpriv (util-linux) is needed to drop root inside the sandbox")
+        argv += [
+            setpriv,
+            f"--reuid={slot.uid}",
+            f"--regid={slot.uid}",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
+    else:
+        argv[1:1] = ["--unshare-user", "--cap-drop", "ALL"]
+    return argv
+
+
+def _rlimits(limits: Limits, cg: Cgroups | None) -> dict[str, int]:
+    """Per-process limits for the agent's children; they stand in for cgroups where those are missing."""
+    out = {
+        "wall_s": limits.wall_s,
+        "cpu_s": limits.cpu_s,
+        "output_bytes": limits.output_bytes,
+        "disk_bytes": limits.disk_mb << 20,
+    }
+    if cg is None:
+        out["rlimit_as"] = limits.memory_mb << 20
+        out["rlimit_nproc"] = limits.processes
+    return out  # type: ignore[return-value]
+
+
+def _enforced(cg: Cgroups | None) -> dict[str, str]:
+    base = {"wall_time": "agent", "output": "agent", "disk": "tmpfs"}
+    if cg is None:
+        return base | {
+            "memory": "rlimit (per process)",
+            "processes": "rlimit (per uid)",
+            "cpu_time": "rlimit (per process)",
+        }
+    return base | cg.enforced()
+
+
+def _join(procs_files: list[str]) -> Any:
+    def preexec() -> None:
+        pid = str(os.getpid())
+        for f in procs_files:
+            with open(f, "w") as fh:
+                fh.write(pid)
+
+    return preexec
+
+
+class BwrapSandbox:
+    """A persistent sandbox: create once, exec and snippet many times, reset between episodes."""
+
+    def __init__(self, cfg: SandboxConfig | None = None):
+        self.cfg = cfg or SandboxConfig()
+        self.runtime = Runtime(self.cfg.runtime)
+        self.slot = Slot.acquire()
+        self.cg: Cgroups | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        try:
+            self.cg = Cgroups.create(self.slot.name, self.cfg.limits)
+            agent_python = self.runtime.python if self.runtime.name != "node" else "/usr/bin/python3"
+            argv = bwrap_argv(self.cfg.limits, self.slot, self.runtime, self.cg, with_agent=True)
+            argv += [agent_python, "-I", "-B", AGENT_INSIDE]
+            self.proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                preexec_fn=_join(self.cg.procs_files) if self.cg else None,
+            )
+            hello, _ = self._recv()
+            if not hello.get("ready"):
+                raise SandboxError(f"sandbox agent did not start: {hello}")
+        except BaseException:
+            self.close()
+            raise
+
+    # ---------------------------------------------------------------- protocol
+    def _recv(self) -> tuple[dict[str, Any], bytes]:
+        assert self.proc is not None and self.proc.stdout is not None
+        head = self.proc.stdout.read(agent.HEADER.size)
+        if len(head) < agent.HEADER.size:
+            err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.stderr else ""
+            raise SandboxDied(f"sandbox agent died{': ' + err if err else ''}")
+        hlen, plen = agent.HEADER.unpack(head)
+        header = json.loads(self.proc.stdout.read(hlen))
+        payload = self.proc.stdout.read(plen) if plen else b""
+        if len(payload) < plen:
+            raise SandboxDied("sandbox agent died mid-reply")
+        return header, payload
+
+    def _call(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+        if self.proc is None or self.proc.poll() is not None:
+            raise SandboxDied("sandbox is closed or dead")
+        assert self.proc.stdin is not None
+        data = json.dumps(header).encode()
+        try:
+            self.proc.stdin.write(agent.HEADER.pack(len(data), len(payload)) + data + payload)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            raise SandboxDied("sandbox agent is gone") from None
+        reply, out = self._recv()
+        if not reply.get("ok"):
+            raise SandboxError(reply.get("error", "sandbox error"))
+        return reply, out
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    # -------------------------------------------------------------------- API
+    def _limits(self, limits: Limits | None) -> dict[str, Any]:
+        lim = limits or self.cfg.limits
+        if self.cg is not None and limits is not None:
+            self.cg.set_limits(lim)
+        return _rlimits(lim, self.cg)
+
+    def _result(self, reply: dict[str, Any], data: bytes) -> ExecResult:
+        n = reply["stdout_len"]
+        return ExecResult(
+            exit_code=None if reply["limit"] else reply["exit_code"],
+            stdout=data[:n],
+            stderr=data[n:],
+            stdout_truncated=reply["stdout_truncated"],
+            stderr_truncated=reply["stderr_truncated"],
+            limit=reply["limit"],
+            signal=reply["signal"],
+            duration_s=reply["duration_s"],
+            cpu_s=reply["cpu_s"],
+            enforced=_enforced(self.cg),
+        )
+
+    def exec(
+        self,
+        argv: list[str],
+        stdin: bytes = b"",
+        limits: Limits | None = None,
+        env: dict[str, str] | None = None,
+        cwd: str = "/work",
+    ) -> ExecResult:
+        """Run a command; its leftovers are killed when it ends."""
+        reply, data = self._call(
+            {"op": "exec", "argv": argv, "env": env or {}, "cwd": cwd, "limits": self._limits(limits)}, stdin
+        )
+        return self._result(reply, data)
+
+    def run_snippet(self, code: str, limits: Limits | None = None) -> ExecResult:
+        """Run Python code in a forked child of the resident interpreter (milliseconds)."""
+        reply, data = self._call({"op": "snippet", "limits": self._limits(limits)}, code.encode())
+        return self._result(reply, data)
+
+    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
+        self._call({"op": "write", "path": path, "mode": mode}, data.encode() if isinstance(data, str) else data)
+
+    def read_file(self, path: str, max_bytes: int = 1 << 30) -> bytes:
+        return self._call({"op": "read", "path": path, "max_bytes": max_bytes})[1]
+
+    def reset(self) -> None:
+        """Forget the previous episode: every process killed, /work and /tmp emptied."""
+        self._call({"op": "reset"})
+
+    def close(self) -> None:
+        if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                self.proc.kill()
+            with contextlib.suppress(Exception):
+                self.proc.wait(timeout=5)
+            for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+                with contextlib.suppress(Exception):
+                    f.close()  # type: ignore[union-attr]
+            self.proc = None
+        if self.cg is not None:
+            self.cg.kill_all()
+            self.cg = None
+        self.slot.release()
+
+    def __enter__(self) -> BwrapSandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            if self.proc is not None:
+                self.close()
+
+
+def run_once(
+    argv: list[str], cfg: SandboxConfig | None = None, stdin: bytes = b"", files: dict[str, bytes] | None = None
+) -> ExecResult:
+    """Run one command in a fresh sandbox, cold (no agent). Every process of the
+    sandbox dies with the command: bubblewrap's init exits and the kernel kills
+    the rest of the pid namespace. `files` are written into /work first."""
+    cfg = cfg or SandboxConfig()
+    limits = cfg.limits
+    runtime = Runtime(cfg.runtime)
+    slot = Slot.acquire()
+    cg = Cgroups.create(slot.name, limits)
+    rl = _rlimits(limits, cg)
+    scratch = _HostScratch.create(slot, limits)
+    try:
+        full = bwrap_argv(limits, slot, runtime, cg, with_agent=False, host_dirs=scratch.dirs if scratch else None)
+        if files:
+            for name, data in files.items():
+                if scratch:
+                    target = Path(scratch.dirs["/work"]) / name
+                    target.write_bytes(data)
+                    os.chown(target, slot.uid, slot.uid)
+            if not scratch:  # bubblewrap copies them in from pipes
+                return _run_with_files(full, argv, files, stdin, rl, cg, None)
+        return _run(full + argv, stdin, rl, cg, [], scratch)
+    finally:
+        if scratch is not None:
+            scratch.remove()
+        if cg is not None:
+            cg.kill_all()
+        slot.release()
+
+
+class _HostScratch:
+    """/work and /tmp of a one-shot sandbox as tmpfs mounted by the host (root
+    only), so that the host can still tell a full disk after the command ended."""
+
+    def __init__(self, base: Path):
+        self.base = base
+        self.dirs = {"/work": str(base / "work"), "/tmp": str(base / "tmp")}
+
+    @classmethod
+    def create(cls, slot: Slot, limits: Limits) -> _HostScratch | None:
+        if os.geteuid() != 0:
+            return None
+        from sandboxes.cgroups import SLOT_DIR
+
+        self = cls(SLOT_DIR / f"{slot.name}-scratch")
+        self.remove()
+        try:
+            for d in self.dirs.values():
+                os.makedirs(d, exist_ok=True)
+                _libc_call(
+                    "mount",
+                    b"tmpfs",
+                    d.encode(),
+                    b"tmpfs",
+                    _MS_NOSUID | _MS_NODEV,
+                    f"size={limits.disk_mb}m,mode=1777".encode(),
+                )
+        except OSError:
+            self.remove()
+            return None
+        return self
+
+    def remove(self) -> None:
+        for d in self.dirs.values():
+            with contextlib.suppress(OSError):
+                _libc_call("umount2", d.encode(), _MNT_DETACH)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+_MS_NOSUID, _MS_NODEV, _MNT_DETACH = 2, 4, 2
+
+
+def _libc_call(name: str, *args: Any) -> None:
+    """mount(2) / umount2(2) without spawning mount(8): a process start costs more than the sandbox."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if getattr(libc, name)(*args) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{name}: {os.strerror(err)}")
+
+
+def _run_with_files(
+    full: list[str],
+    argv: list[str],
+    files: dict[str, bytes],
+    stdin: bytes,
+    rl: dict[str, Any],
+    cg: Cgroups | None,
+    scratch: _HostScratch | None,
+) -> ExecResult:
+    pass_fds = []
+    extra = []
+    for name, data in files.items():
+        r, w = os.pipe()
+        pass_fds.append(r)
+        os.set_inheritable(r, True)
+        pid = os.fork()
+        if pid == 0:  # feed the pipe without blocking the parent
+            os.close(r)
+            with contextlib.suppress(BrokenPipeError):
+                os.write(w, data)
+            os._exit(0)
+        os.close(w)
+        extra += ["--perms", "0644", "--file", str(r), f"/work/{name}"]
+    idx = full.index("--chdir")
+    return _run(full[:idx] + extra + full[idx:] + argv, stdin, rl, cg, pass_fds, scratch)
+
+
+def _run(
+    full: list[str],
+    stdin: bytes,
+    rl: dict[str, Any],
+    cg: Cgroups | None,
+    pass_fds: list[int],
+    scratch: _HostScratch | None,
+) -> ExecResult:
+    def preexec() -> None:
+        if cg is not None:
+            _join(cg.procs_files)()
+        agent.apply_rlimits(rl)
+
+    t0 = time.monotonic()
+    proc = subprocess.Popen(
+        full,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=preexec,
+        pass_fds=pass_fds,
+    )
+    for fd in pass_fds:
+        os.close(fd)
+    watch = _HostWatch(cg, rl, proc.pid, scratch) if cg is not None else agent.Watch("/nonexistent", rl)
+    assert proc.stdin and proc.stdout and proc.stderr
+    stdin_fd = os.dup(proc.stdin.fileno())
+    proc.stdin.close()
+    status, out, err, trunc, limit = agent.collect(
+        proc.pid, [proc.stdout.fileno(), proc.stderr.fileno()], rl, watch, (), stdin=stdin, stdin_fd=stdin_fd
+    )
+    if limit is not None or status is None:
+        if cg is not None:
+            cg.kill_all()
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        if status is None:
+            _, status = os.waitpid(proc.pid, 0)
+    proc.returncode = 0  # reaped above; keeps Popen from waiting again
+    proc.stdout.close()
+    proc.stderr.close()
+    code, sig = agent.describe(status)
+    if sig is None and code is not None and code > 128:  # bwrap exits 128+N for a command killed by signal N
+        sig = code - 128
+    if limit is None and sig == 9 and watch.memory_hit():
+        limit = "memory"  # the OOM killer took it
+    if limit is None and sig == 24:  # SIGXCPU: the CPU-time rlimit
+        limit = "cpu_time"
+    return ExecResult(
+        exit_code=None if limit else code,
+        stdout=out,
+        stderr=err,
+        stdout_truncated=trunc[0],
+        stderr_truncated=trunc[1],
+        limit=limit,
+        signal=sig,
+        duration_s=time.monotonic() - t0,
+        cpu_s=watch.cpu_s(),
+        enforced=_enforced(cg),
+    )
+
+
+class _HostWatch(agent.Watch):
+    """The agent's Watch, reading the cgroup files where they are on the host."""
+
+    def __init__(self, cg: Cgroups, limits: dict[str, Any], outer_pid: int, scratch: _HostScratch | None):
+        self.files = cg.counter_files()
+        self.scratch = scratch
+        self.cgroups = cg
+        self.outer_pid = outer_pid
+        super().__init__("", limits)
+
+    def disk_paths(self, default: Any) -> list[str]:
+        """The sandbox's tmpfs: host-mounted, or seen through a process inside it (not bwrap's outer one)."""
+        if self.scratch is not None:
+            return list(self.scratch.dirs.values())
+        for pid in self.cgroups.pids():
+            if pid != self.outer_pid:
+                return [f"/proc/{pid}/root/work", f"/proc/{pid}/root/tmp"]
+        return []
+
+    def _read(self, name: str) -> str | None:
+        path = self.files.get(name)
+        if path is None:
+            return None
+        try:
+            with open(path) as f:
+                return f.read()
+        except OSError:
+            return None

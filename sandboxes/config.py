@@ -1,0 +1,64 @@
+"""Typed configuration of sandboxes: the `[sandbox]` section of a run config."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+
+
+class Limits(_Model):
+    """Resource limits of one sandbox; hitting one kills the sandbox's whole process tree."""
+
+    wall_s: float = Field(30.0, gt=0)
+    """Wall-clock seconds one command or snippet may run."""
+    cpu_s: float = Field(30.0, gt=0)
+    """CPU seconds one command may use, all its processes together where cgroups are writable."""
+    memory_mb: int = Field(1024, ge=16)
+    """Memory of all the sandbox's processes together (cgroup), or of each process (RLIMIT_AS) without cgroups."""
+    processes: int = Field(128, ge=4)
+    """Processes and threads the sandbox may hold at once."""
+    disk_mb: int = Field(64, ge=1)
+    """Size of the writable work dir (/work); /tmp gets the same."""
+    output_bytes: int = Field(1 << 20, ge=1024)
+    """Bytes of stdout and of stderr kept; more kills the command (output flood)."""
+
+
+class BwrapBackend(_Model):
+    """bubblewrap: the default where Apptainer is not installed."""
+
+    type: Literal["bwrap"] = "bwrap"
+    """Backend tag."""
+
+
+class ApptainerBackend(_Model):
+    """Apptainer (or Singularity) with a SIF image, through spython."""
+
+    type: Literal["apptainer"] = "apptainer"
+    """Backend tag."""
+    image: str = "containers/sandbox.sif"
+    """SIF image built from containers/sandbox.def (scripts/build-image.sh)."""
+    binary: Literal["apptainer", "singularity"] = "apptainer"
+    """Which command spython runs."""
+
+
+Backend = Annotated[BwrapBackend | ApptainerBackend, Field(discriminator="type")]
+
+
+class SandboxConfig(_Model):
+    """Where and how model-written code runs."""
+
+    backend: Backend = Field(default_factory=BwrapBackend)
+    """Sandbox backend: `bwrap` or `apptainer`."""
+    runtime: Literal["system", "venv", "node"] = "system"
+    """Runtime image: the system Python, the project's venv (its Python and packages), or Node.js."""
+    limits: Limits = Limits()
+    """Default limits of each command."""
+    network: list[str] = Field(default_factory=list)
+    """Allow-list of `host:port` the sandbox may reach; empty: no network at all."""
+    pool_size: int = Field(2, ge=0)
+    """Ready sandboxes kept warm per runtime."""

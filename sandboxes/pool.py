@@ -1,0 +1,84 @@
+"""A warm pool: sandboxes created ahead of need, refilled in the background.
+
+`take()` hands out a ready sandbox (or makes one if none is ready); `give()`
+takes it back after an episode: it is reset (every process killed, /work and
+/tmp emptied) and returned to the pool, or closed if it died or the pool is
+full. A background thread keeps `size` sandboxes ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from typing import Any
+
+from sandboxes import open_sandbox
+from sandboxes.base import SandboxError
+from sandboxes.config import SandboxConfig
+
+
+class WarmPool:
+    def __init__(self, cfg: SandboxConfig | None = None, size: int | None = None):
+        self.cfg = cfg or SandboxConfig()
+        self.size = self.cfg.pool_size if size is None else size
+        self.ready: queue.Queue[Any] = queue.Queue()
+        self.created = 0
+        self._want = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._refill, name="sandbox-pool", daemon=True)
+        self._want.set()
+        self._thread.start()
+
+    def _refill(self) -> None:
+        while not self._stop.is_set():
+            self._want.wait(0.5)
+            self._want.clear()
+            while not self._stop.is_set() and self.ready.qsize() < self.size:
+                try:
+                    self.ready.put(open_sandbox(self.cfg))
+                    self.created += 1
+                except SandboxError:
+                    break
+
+    def take(self, timeout: float = 0.0) -> Any:
+        """A ready sandbox; a new one if none is ready within `timeout` seconds."""
+        try:
+            sb = self.ready.get(timeout=timeout) if timeout else self.ready.get_nowait()
+        except queue.Empty:
+            sb = open_sandbox(self.cfg)
+            self.created += 1
+        self._want.set()
+        if not sb.alive:
+            sb.close()
+            return self.take(timeout)
+        return sb
+
+    def give(self, sb: Any) -> None:
+        """Return a sandbox after an episode: reset and pooled, or closed."""
+        try:
+            if sb.alive and self.ready.qsize() < self.size:
+                sb.reset()
+                self.ready.put(sb)
+                return
+        except SandboxError:
+            pass
+        sb.close()
+
+    def close(self) -> None:
+        self._stop.set()
+        self._want.set()
+        self._thread.join(timeout=10)
+        while True:
+            try:
+                sb = self.ready.get_nowait()
+            except queue.Empty:
+                break
+            with contextlib.suppress(Exception):
+                sb.close()
+
+    def __enter__(self) -> WarmPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
