@@ -61,6 +61,32 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     s.add_argument("--json", action="store_true", help="print one JSON object")
 
+    q = sub.add_parser("sandbox", help="run commands in sandboxes")
+    xsub = q.add_subparsers(dest="sandbox_cmd", required=True, metavar="ACTION")
+    s = xsub.add_parser(
+        "run",
+        help="run one command in a fresh sandbox; print a JSON result",
+        description="sarl sandbox run [options] -- CMD [ARGS...]",
+    )
+    s.add_argument("--backend", choices=("bwrap", "apptainer"), default="bwrap")
+    s.add_argument("--image", help="SIF image (apptainer backend)")
+    s.add_argument("--runtime", choices=("system", "venv", "node"), default="system")
+    s.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="wall_s, cpu_s, memory_mb, processes, disk_mb, output_bytes; repeatable",
+    )
+    s.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="copy a host file into /work/NAME first; repeatable",
+    )
+    s.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD")
+
     q = sub.add_parser("bench", help="benchmarks, each beside a baseline measured in the same run")
     bsub = q.add_subparsers(dest="bench_cmd", required=True, metavar="WHAT")
     b = bsub.add_parser("store", help="weights publish/load vs safetensors; delta vs full; rollout records/s")
@@ -111,6 +137,9 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return bench_submit(args)
 
+    if args.cmd == "sandbox":
+        return _sandbox_run(args)
+
     if args.cmd == "store":
         from rl.store.inspect import inspect, render
 
@@ -157,6 +186,49 @@ def _dispatch(args: argparse.Namespace) -> int:
         print(f"sarl: {e}", file=sys.stderr)
         return 1
     raise AssertionError(args.cmd)
+
+
+def _sandbox_run(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
+    from rl.config import ConfigError, parse_overrides
+    from sandboxes import SandboxError, run_once
+    from sandboxes.config import SandboxConfig
+
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        print("sarl sandbox run: no command given (sarl sandbox run [options] -- CMD ...)", file=sys.stderr)
+        return 2
+    backend: dict[str, str] = {"type": args.backend}
+    if args.image:
+        backend["image"] = args.image
+    try:
+        limits = parse_overrides(args.limit)
+        cfg = SandboxConfig.model_validate({"backend": backend, "runtime": args.runtime, "limits": limits})
+    except ConfigError as e:
+        print(f"sarl sandbox run: {str(e).replace('--set', '--limit')}", file=sys.stderr)
+        return 2
+    except ValidationError as e:
+        for err in e.errors():
+            key = ".".join(str(p) for p in err["loc"]).removeprefix("limits.")
+            msg = "unknown limit" if err["type"] == "extra_forbidden" else err["msg"]
+            print(f"sarl sandbox run: --limit {key}: {msg}", file=sys.stderr)
+        return 2
+    files = {}
+    for item in args.file:
+        name, _, path = item.partition("=")
+        try:
+            files[name] = Path(path).read_bytes()
+        except OSError as e:
+            print(f"sarl sandbox run: --file {item}: {e.strerror}", file=sys.stderr)
+            return 2
+    try:
+        result = run_once(command, cfg, files=files or None)
+    except SandboxError as e:
+        print(f"sarl sandbox run: {e}", file=sys.stderr)
+        return 1
+    print(json.dumps(result.to_json()))
+    return 0
 
 
 def _print_submitted(subs: list, run_dir: Path) -> None:

@@ -7,9 +7,9 @@ length, a 4-byte payload length, a JSON header, then the payload bytes.
   exec     run a command (payload: its stdin) under the limits
   snippet  run Python code in a forked child of this (pre-imported) process:
            the resident executor, a few ms per call
-  write    write a file under /work or /tmp (payload: the content)
+  write    write a file under /sandbox or /tmp (payload: the content)
   read     read a file (reply payload: the content)
-  reset    kill every process, empty /work and /tmp
+  reset    kill every process, empty /sandbox and /tmp
   ping     liveness
 
 After every exec or snippet it kills every other process of the sandbox's
@@ -35,6 +35,7 @@ import time
 import traceback
 
 CG = "/run/sarl/cg"  # read-only binds of this sandbox's cgroup counters
+WORK = "/sandbox"  # the private writable work dir (tmpfs); /tmp is the other one
 HEADER = struct.Struct("<II")
 
 
@@ -243,8 +244,8 @@ def _send(header, payload=b""):
 
 def _safe_path(path):
     real = os.path.realpath(path)
-    if not (real == "/work" or real.startswith("/work/") or real == "/tmp" or real.startswith("/tmp/")):
-        raise PermissionError("only /work and /tmp are writable: " + path)
+    if not (real == WORK or real.startswith(WORK + "/") or real == "/tmp" or real.startswith("/tmp/")):
+        raise PermissionError("only %s and /tmp are writable: %s" % (WORK, path))
     return real
 
 
@@ -265,7 +266,7 @@ def _run(header, payload, code=None):
             for fd in (in_r, in_w, out_r, out_w, err_r, err_w):
                 os.close(fd)
             apply_rlimits(limits)
-            os.chdir(header.get("cwd", "/work"))
+            os.chdir(header.get("cwd", WORK))
             if code is None:
                 env = dict(BASE_ENV, **header.get("env", {}))
                 argv = header["argv"]
@@ -290,10 +291,10 @@ def _run(header, payload, code=None):
     for fd in (in_r, out_w, err_w):
         os.close(fd)
     status, out, err, trunc, limit = collect(
-        pid, [out_r, err_r], limits, watch, ("/work", "/tmp"), stdin=payload, stdin_fd=in_w
+        pid, [out_r, err_r], limits, watch, (WORK, "/tmp"), stdin=payload, stdin_fd=in_w
     )
-    if limit is None and status is not None and watch.memory_hit() and os.WIFSIGNALED(status):
-        limit = "memory"  # the OOM killer took it
+    if limit is None and status is not None and status != 0 and watch.memory_hit():
+        limit = "memory"  # it failed after hitting the limit: OOM-killed, or an allocation refused
     if (
         limit is None
         and status is not None
@@ -326,7 +327,7 @@ def _run(header, payload, code=None):
     }, out + err
 
 
-BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/work", "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _wipe(root):
@@ -382,7 +383,7 @@ def serve():
                 reply = {"ok": True}
             elif op == "reset":
                 _kill_tree()
-                for root in ("/work", "/tmp"):
+                for root in (WORK, "/tmp"):
                     _wipe(root)
                 reply, data = {"ok": True}, b""
             elif op == "ping":

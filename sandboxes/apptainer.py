@@ -95,7 +95,7 @@ class ApptainerSandbox:
         stdin: bytes = b"",
         limits: Limits | None = None,
         env: dict[str, str] | None = None,
-        cwd: str = "/work",
+        cwd: str = "/sandbox",
     ) -> ExecResult:
         lim = limits or self.cfg.limits
         command = _wrap(argv, lim, cwd)

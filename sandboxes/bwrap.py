@@ -2,14 +2,14 @@
 
 Isolation (what the tests attack):
   * filesystem: /usr, /etc/ld.so.cache and the runtime's own tree, read-only;
-    /work and /tmp are tmpfs of `disk_mb` each; nothing else of the host (no
+    /sandbox (the work dir) and /tmp are tmpfs of `disk_mb` each; nothing else of the host (no
     home, no run directory, no other sandbox, no secrets) is mounted;
   * namespaces: its own pid, network (loopback only, so nothing is
     reachable), ipc, uts and cgroup namespaces;
   * identity: started as root, it drops to uid 100000+slot (its own per
     sandbox) with no capabilities and no_new_privs (setpriv); started as a
     normal user, bubblewrap's user namespace maps it to that user;
-  * environment: cleared, then PATH, HOME=/work, LANG;
+  * environment: cleared, then PATH, HOME=/sandbox, LANG;
   * lifetime: --die-with-parent: the sandbox dies with the worker that made it.
 
 Limits: memory, processes and CPU time through the sandbox's cgroups where
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -78,7 +79,7 @@ def bwrap_argv(
     host_dirs: dict[str, str] | None = None,
 ) -> list[str]:
     """The bwrap command line that opens a sandbox (the command to run follows).
-    `host_dirs` binds host-mounted tmpfs at /work and /tmp instead of private ones."""
+    `host_dirs` binds host-mounted tmpfs at /sandbox and /tmp instead of private ones."""
     size = str(limits.disk_mb << 20)
     scratch = [
         "--size",
@@ -92,10 +93,10 @@ def bwrap_argv(
         "--perms",
         "1777",
         "--tmpfs",
-        "/work",
+        agent.WORK,
     ]
     if host_dirs:
-        scratch = ["--bind", host_dirs["/tmp"], "/tmp", "--bind", host_dirs["/work"], "/work"]
+        scratch = ["--bind", host_dirs["/tmp"], "/tmp", "--bind", host_dirs[agent.WORK], agent.WORK]
     argv = [
         _require_bwrap(),
         "--ro-bind",
@@ -133,7 +134,7 @@ def bwrap_argv(
         "/usr/local/bin:/usr/bin:/bin",
         "--setenv",
         "HOME",
-        "/work",
+        agent.WORK,
         "--setenv",
         "LANG",
         "C.UTF-8",
@@ -141,12 +142,18 @@ def bwrap_argv(
         "PYTHONDONTWRITEBYTECODE",
         "1",
         "--chdir",
-        "/work",
+        agent.WORK,
     ]
-    for etc in ("/etc/ld.so.cache", "/etc/alternatives"):
+    argv += ["--perms", "0755", "--dir", "/etc"]  # else made 0700: unreadable, ld.so.cache included
+    for etc in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl"):
         if os.path.exists(etc):
             argv += ["--ro-bind", etc, etc]
+    made = {"/", "/usr", "/tmp", agent.WORK}
     for tree in runtime.binds:
+        for parent in reversed(Path(tree).parents):  # bubblewrap would make them 0700
+            if str(parent) not in made:
+                argv += ["--perms", "0755", "--dir", str(parent)]
+                made.add(str(parent))
         argv += ["--ro-bind", tree, tree]
     if with_agent:  # bubblewrap would create these parents 0700, unreadable to the sandbox's uid
         argv += [
@@ -220,6 +227,17 @@ def _join(procs_files: list[str]) -> Any:
     return preexec
 
 
+def _read_exact(fd: int, n: int) -> bytes | None:
+    """n bytes from a pipe, or None at end of file."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(fd, n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
 class BwrapSandbox:
     """A persistent sandbox: create once, exec and snippet many times, reset between episodes."""
 
@@ -228,6 +246,7 @@ class BwrapSandbox:
         self.runtime = Runtime(self.cfg.runtime)
         self.slot = Slot.acquire()
         self.cg: Cgroups | None = None
+        self._cg_limits = self.cfg.limits
         self.proc: subprocess.Popen[bytes] | None = None
         try:
             self.cg = Cgroups.create(self.slot.name, self.cfg.limits)
@@ -239,6 +258,7 @@ class BwrapSandbox:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                bufsize=0,
                 preexec_fn=_join(self.cg.procs_files) if self.cg else None,
             )
             hello, _ = self._recv()
@@ -249,17 +269,23 @@ class BwrapSandbox:
             raise
 
     # ---------------------------------------------------------------- protocol
-    def _recv(self) -> tuple[dict[str, Any], bytes]:
+    def _recv(self, timeout: float = 30.0) -> tuple[dict[str, Any], bytes]:
         assert self.proc is not None and self.proc.stdout is not None
-        head = self.proc.stdout.read(agent.HEADER.size)
-        if len(head) < agent.HEADER.size:
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:  # stopped or hung: it cannot be trusted any more
+            self.close()
+            raise SandboxDied(f"sandbox agent did not answer within {timeout:.0f} s")
+        fd = self.proc.stdout.fileno()
+        head = _read_exact(fd, agent.HEADER.size)
+        if head is None:
             err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.stderr else ""
             raise SandboxDied(f"sandbox agent died{': ' + err if err else ''}")
         hlen, plen = agent.HEADER.unpack(head)
-        header = json.loads(self.proc.stdout.read(hlen))
-        payload = self.proc.stdout.read(plen) if plen else b""
-        if len(payload) < plen:
+        body = _read_exact(fd, hlen + plen)
+        if body is None:
             raise SandboxDied("sandbox agent died mid-reply")
+        header = json.loads(body[:hlen])
+        payload = body[hlen:]
         return header, payload
 
     def _call(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
@@ -272,7 +298,8 @@ class BwrapSandbox:
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise SandboxDied("sandbox agent is gone") from None
-        reply, out = self._recv()
+        wall = float(header.get("limits", {}).get("wall_s", 0.0))
+        reply, out = self._recv(timeout=wall + 2.0)
         if not reply.get("ok"):
             raise SandboxError(reply.get("error", "sandbox error"))
         return reply, out
@@ -284,8 +311,9 @@ class BwrapSandbox:
     # -------------------------------------------------------------------- API
     def _limits(self, limits: Limits | None) -> dict[str, Any]:
         lim = limits or self.cfg.limits
-        if self.cg is not None and limits is not None:
-            self.cg.set_limits(lim)
+        if self.cg is not None and lim != self._cg_limits:
+            self.cg.set_limits(lim)  # a per-call override, or back to the sandbox's own
+            self._cg_limits = lim
         return _rlimits(lim, self.cg)
 
     def _result(self, reply: dict[str, Any], data: bytes) -> ExecResult:
@@ -309,7 +337,7 @@ class BwrapSandbox:
         stdin: bytes = b"",
         limits: Limits | None = None,
         env: dict[str, str] | None = None,
-        cwd: str = "/work",
+        cwd: str = agent.WORK,
     ) -> ExecResult:
         """Run a command; its leftovers are killed when it ends."""
         reply, data = self._call(
@@ -329,7 +357,7 @@ class BwrapSandbox:
         return self._call({"op": "read", "path": path, "max_bytes": max_bytes})[1]
 
     def reset(self) -> None:
-        """Forget the previous episode: every process killed, /work and /tmp emptied."""
+        """Forget the previous episode: every process killed, /sandbox and /tmp emptied."""
         self._call({"op": "reset"})
 
     def close(self) -> None:
@@ -364,7 +392,7 @@ def run_once(
 ) -> ExecResult:
     """Run one command in a fresh sandbox, cold (no agent). Every process of the
     sandbox dies with the command: bubblewrap's init exits and the kernel kills
-    the rest of the pid namespace. `files` are written into /work first."""
+    the rest of the pid namespace. `files` are written into /sandbox first."""
     cfg = cfg or SandboxConfig()
     limits = cfg.limits
     runtime = Runtime(cfg.runtime)
@@ -377,7 +405,7 @@ def run_once(
         if files:
             for name, data in files.items():
                 if scratch:
-                    target = Path(scratch.dirs["/work"]) / name
+                    target = Path(scratch.dirs[agent.WORK]) / name
                     target.write_bytes(data)
                     os.chown(target, slot.uid, slot.uid)
             if not scratch:  # bubblewrap copies them in from pipes
@@ -392,12 +420,12 @@ def run_once(
 
 
 class _HostScratch:
-    """/work and /tmp of a one-shot sandbox as tmpfs mounted by the host (root
+    """/sandbox and /tmp of a one-shot sandbox as tmpfs mounted by the host (root
     only), so that the host can still tell a full disk after the command ended."""
 
     def __init__(self, base: Path):
         self.base = base
-        self.dirs = {"/work": str(base / "work"), "/tmp": str(base / "tmp")}
+        self.dirs = {agent.WORK: str(base / "work"), "/tmp": str(base / "tmp")}
 
     @classmethod
     def create(cls, slot: Slot, limits: Limits) -> _HostScratch | None:
@@ -465,7 +493,7 @@ def _run_with_files(
                 os.write(w, data)
             os._exit(0)
         os.close(w)
-        extra += ["--perms", "0644", "--file", str(r), f"/work/{name}"]
+        extra += ["--perms", "0644", "--file", str(r), f"{agent.WORK}/{name}"]
     idx = full.index("--chdir")
     return _run(full[:idx] + extra + full[idx:] + argv, stdin, rl, cg, pass_fds, scratch)
 
@@ -515,7 +543,7 @@ def _run(
     code, sig = agent.describe(status)
     if sig is None and code is not None and code > 128:  # bwrap exits 128+N for a command killed by signal N
         sig = code - 128
-    if limit is None and sig == 9 and watch.memory_hit():
+    if limit is None and code != 0 and watch.memory_hit():
         limit = "memory"  # the OOM killer took it
     if limit is None and sig == 24:  # SIGXCPU: the CPU-time rlimit
         limit = "cpu_time"
@@ -549,7 +577,7 @@ class _HostWatch(agent.Watch):
             return list(self.scratch.dirs.values())
         for pid in self.cgroups.pids():
             if pid != self.outer_pid:
-                return [f"/proc/{pid}/root/work", f"/proc/{pid}/root/tmp"]
+                return [f"/proc/{pid}/root{agent.WORK}", f"/proc/{pid}/root/tmp"]
         return []
 
     def _read(self, name: str) -> str | None:

@@ -118,11 +118,7 @@ class Cgroups:
             cg.kill_all()  # the slot's cgroups are reused; kill what a dead predecessor left in them
         for d in dirs.values():
             d.mkdir(parents=True, exist_ok=True)
-        mem = limits.memory_mb << 20
-        (dirs["memory"] / "memory.limit_in_bytes").write_text(str(mem))
-        with contextlib.suppress(OSError):  # no swap accounting on many kernels
-            (dirs["memory"] / "memory.memsw.limit_in_bytes").write_text(str(mem))
-        (dirs["pids"] / "pids.max").write_text(str(limits.processes))
+        cg.set_limits(limits)
         return cg
 
     @classmethod
@@ -140,41 +136,50 @@ class Cgroups:
 
     def set_limits(self, limits: Limits) -> None:
         if self.kind == "v1":
-            (self.dirs["memory"] / "memory.limit_in_bytes").write_text(str(limits.memory_mb << 20))
+            mem = self.dirs["memory"]
+            new = limits.memory_mb << 20
+            files = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+            if new > int((mem / "memory.limit_in_bytes").read_text()):
+                files.reverse()  # the swap limit may never be below the memory limit
+            for name in files:
+                with contextlib.suppress(FileNotFoundError):
+                    (mem / name).write_text(str(new))
             (self.dirs["pids"] / "pids.max").write_text(str(limits.processes))
         else:
             (self.dirs["all"] / "memory.max").write_text(str(limits.memory_mb << 20))
             (self.dirs["all"] / "pids.max").write_text(str(limits.processes))
 
     def pids(self) -> list[int]:
+        """Live processes in the cgroups (zombies, already dead, are left to their parent to reap)."""
         out: set[int] = set()
         for f in self.procs_files:
             with contextlib.suppress(OSError):
                 out |= {int(x) for x in Path(f).read_text().split()}
-        return sorted(out)
+        return sorted(p for p in out if not _zombie(p))
 
     def kill_all(self) -> None:
-        """Kill every process in the cgroups; frozen first so that none can fork meanwhile."""
+        """Kill every process in the cgroups: frozen first so that none can fork
+        meanwhile, signalled, then thawed (a frozen process dies only once thawed)."""
         if not self.pids():
             return
-        freezer = self.dirs.get("freezer")
-        if self.kind == "v1" and freezer is not None and freezer.is_dir():
-            with contextlib.suppress(OSError):
-                (freezer / "freezer.state").write_text("FROZEN")
-        elif self.kind == "v2":
+        if self.kind == "v2":
             with contextlib.suppress(OSError):
                 (self.dirs["all"] / "cgroup.kill").write_text("1")
-        for _ in range(100):
+        freezer = self.dirs.get("freezer") if self.kind == "v1" else None
+        for _ in range(200):
+            if freezer is not None:
+                with contextlib.suppress(OSError):
+                    (freezer / "freezer.state").write_text("FROZEN")
             pids = self.pids()
-            if not pids:
-                break
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
-            time.sleep(0.005)
-        if self.kind == "v1" and freezer is not None and freezer.is_dir():
-            with contextlib.suppress(OSError):
-                (freezer / "freezer.state").write_text("THAWED")
+            if freezer is not None:
+                with contextlib.suppress(OSError):
+                    (freezer / "freezer.state").write_text("THAWED")
+            if not pids:
+                return
+            time.sleep(0.001)
 
     def destroy(self) -> None:
         """Kill what is left and remove the cgroups (idempotent)."""
@@ -190,6 +195,14 @@ class Cgroups:
                     break
                 except OSError:  # busy: a process is still exiting
                     time.sleep(0.01)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # gone
+    return stat[stat.rindex(")") + 2] == "Z"
 
 
 def sweep() -> list[int]:

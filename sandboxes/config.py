@@ -23,7 +23,7 @@ class Limits(_Model):
     processes: int = Field(128, ge=4)
     """Processes and threads the sandbox may hold at once."""
     disk_mb: int = Field(64, ge=1)
-    """Size of the writable work dir (/work); /tmp gets the same."""
+    """Size of the writable work dir (/sandbox); /tmp gets the same."""
     output_bytes: int = Field(1 << 20, ge=1024)
     """Bytes of stdout and of stderr kept; more kills the command (output flood)."""
 

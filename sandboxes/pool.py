@@ -1,7 +1,7 @@
 """A warm pool: sandboxes created ahead of need, refilled in the background.
 
 `take()` hands out a ready sandbox (or makes one if none is ready); `give()`
-takes it back after an episode: it is reset (every process killed, /work and
+takes it back after an episode: it is reset (every process killed, /sandbox and
 /tmp emptied) and returned to the pool, or closed if it died or the pool is
 full. A background thread keeps `size` sandboxes ready.
 """
