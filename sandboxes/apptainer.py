@@ -35,11 +35,33 @@ def limit_flags(limits: Limits) -> list[str]:
 
 
 def _client(backend: ApptainerBackend) -> Any:
+    """spython's client. spython always runs `singularity`, which Apptainer
+    installs as a compatibility link; where only `apptainer` exists, a
+    `singularity` link to it is put first on this process's PATH."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
     from spython.main import get_client
 
-    client = get_client()
-    # spython picks "singularity" or "apptainer" by what answers `--version`
-    return client
+    if not shutil.which("singularity"):
+        real = shutil.which("apptainer")
+        if real is None:
+            raise SandboxError("neither apptainer nor singularity is installed here (backend 'apptainer')")
+        shim = Path(tempfile.gettempdir()) / f"sarl-apptainer-shim-{os.getuid()}"
+        shim.mkdir(exist_ok=True)
+        link = shim / "singularity"
+        if not link.is_symlink() or os.readlink(link) != real:
+            tmp = shim / f".singularity.{os.getpid()}"
+            tmp.unlink(missing_ok=True)
+            tmp.symlink_to(real)
+            tmp.replace(link)
+        if str(shim) not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = f"{shim}{os.pathsep}{os.environ.get('PATH', '')}"
+    if not Path(backend.image).exists():
+        raise SandboxError(f"apptainer image {backend.image} does not exist: build it with scripts/build-image.sh")
+    return get_client()
 
 
 def _wrap(argv: list[str], limits: Limits, cwd: str) -> list[str]:
@@ -54,7 +76,7 @@ def _result(res: Any, t0: float) -> ExecResult:
     else:
         code, message = 0, res
     text = message if isinstance(message, str) else "".join(message)
-    limit = "wall_time" if code == 137 else None
+    limit = "wall_time" if code in (137, -9) else None  # timeout -s KILL: 128+9, or killed with its group
     return ExecResult(
         exit_code=None if limit else code,
         stdout=text.encode(),
@@ -120,13 +142,14 @@ class ApptainerSandbox:
         b64 = base64.b64encode(raw).decode()
         q = shlex.quote(path)
         r = self.exec(
-            ["/bin/sh", "-c", f"mkdir -p $(dirname {q}) && echo {b64} | base64 -d > {q} && chmod {mode:o} {q}"]
+            ["/bin/sh", "-c", f"mkdir -p $(dirname {q}) && echo {b64} | base64 -d > {q} && chmod {mode:o} {q}"],
+            cwd="/",
         )
         if not r.ok:
             raise SandboxError(f"write {path}: {r.stdout.decode(errors='replace')}")
 
     def read_file(self, path: str, max_bytes: int = 1 << 30) -> bytes:
-        r = self.exec(["/bin/sh", "-c", f"base64 < {shlex.quote(path)}"])
+        r = self.exec(["/bin/sh", "-c", f"base64 < {shlex.quote(path)}"], cwd="/")
         if not r.ok:
             raise SandboxError(f"read {path}: {r.stdout.decode(errors='replace')}")
         return base64.b64decode(r.stdout)[:max_bytes]

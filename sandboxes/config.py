@@ -42,8 +42,6 @@ class ApptainerBackend(_Model):
     """Backend tag."""
     image: str = "containers/sandbox.sif"
     """SIF image built from containers/sandbox.def (scripts/build-image.sh)."""
-    binary: Literal["apptainer", "singularity"] = "apptainer"
-    """Which command spython runs."""
 
 
 Backend = Annotated[BwrapBackend | ApptainerBackend, Field(discriminator="type")]
