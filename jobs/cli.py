@@ -93,6 +93,9 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--quick", action="store_true", help="smaller figures, under a minute")
     b.add_argument("--json", action="store_true", help="print one JSON object")
     b.add_argument("--dir", type=Path, default=None, help="where to write (default: a temporary folder)")
+    b = bsub.add_parser("sandbox", help="cold start, resident snippet latency, test scripts per second")
+    b.add_argument("--quick", action="store_true", help="fewer samples: under a minute")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
     b = bsub.add_parser("submit", help="submit a 1,000-task array through sarl vs plain sbatch --array")
     b.add_argument("--quick", action="store_true", help="fewer repetitions")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -129,6 +132,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
 
     if args.cmd == "bench":
+        if args.bench_cmd == "sandbox":
+            from rl.bench.sandbox import bench_sandbox
+
+            return bench_sandbox(args)
         if args.bench_cmd == "store":
             from rl.bench.store import bench_store
 

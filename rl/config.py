@@ -22,6 +22,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import JsonDict
 
+from sandboxes.config import SandboxConfig
+
 __all__ = [
     "Config",
     "ConfigError",
@@ -158,6 +160,8 @@ class Config(_Model):
     """Identity and location of the run."""
     executor: Executor = Field(default_factory=LocalExecutor, json_schema_extra=SAFE)
     """Where jobs run: `local` processes or `slurm` jobs."""
+    sandbox: SandboxConfig = SandboxConfig()
+    """Where model-written code runs: backend, runtime, limits, network, warm pool."""
     smoke: SmokeRole | None = None
     """The smoke role (plumbing check); absent: not run."""
 

@@ -451,3 +451,23 @@ def test_sandbox_run_names_a_bad_limit(tmp_path: Path) -> None:
     assert out.returncode == 2 and "--limit memory: unknown limit" in out.stderr
     out = sarl("sandbox", "run", "--limit", "wall_s=-1", "--", "true", cwd=tmp_path, check=False)
     assert out.returncode == 2 and "--limit wall_s: Input should be greater than 0" in out.stderr
+
+
+@pytest.mark.slow
+def test_bench_sandbox_reports_each_figure_beside_its_baseline(tmp_path: Path) -> None:
+    r = json.loads(sarl("bench", "sandbox", "--quick", "--json", cwd=tmp_path, timeout=300).stdout)
+    assert r["cold_start_overhead_ms"] == pytest.approx(r["cold_start_ms"] - r["plain_start_ms"], abs=0.02)
+    assert r["resident_exec_p50_ms"] <= r["resident_exec_p99_ms"] and r["plain_fork_p50_ms"] > 0
+    assert r["verifications_per_s"] > 0 and r["plain_verifications_per_s"] > 0 and r["cores"] == os.cpu_count()
+
+
+def test_run_config_carries_a_typed_sandbox_section(tmp_path: Path) -> None:
+    cfg = tmp_path / "run.toml"
+    cfg.write_text('[run]\nname = "x"\n[smoke]\n[sandbox]\nruntime = "venv"\n[sandbox.limits]\nmemory_mb = 8\n')
+    out = sarl("config", "show", str(cfg), "--cluster", "local", cwd=tmp_path, check=False)
+    assert (
+        out.returncode == 2 and "sandbox.limits.memory_mb" in out.stderr and "greater than or equal to 16" in out.stderr
+    )
+    cfg.write_text('[run]\nname = "x"\n[smoke]\n[sandbox]\nruntime = "venv"\nbackend = {type = "apptainer"}\n')
+    out = sarl("config", "show", str(cfg), "--cluster", "local", cwd=tmp_path)
+    assert 'runtime = "venv"' in out.stdout and 'type = "apptainer"' in out.stdout
