@@ -77,6 +77,7 @@ def bwrap_argv(
     cg: Cgroups | None,
     with_agent: bool,
     host_dirs: dict[str, str] | None = None,
+    net_dir: str | None = None,
 ) -> list[str]:
     """The bwrap command line that opens a sandbox (the command to run follows).
     `host_dirs` binds host-mounted tmpfs at /sandbox and /tmp instead of private ones."""
@@ -171,6 +172,9 @@ def bwrap_argv(
             agent.CG,
         ]
         argv += ["--ro-bind", str(Path(agent.__file__).resolve()), AGENT_INSIDE]
+        argv += ["--ro-bind", str(Path(agent.__file__).with_name("netrelay.py").resolve()), "/run/sarl/netrelay.py"]
+        if net_dir:
+            argv += ["--bind", net_dir, agent.NET]
         for name, path in (cg.counter_files() if cg else {}).items():
             argv += ["--ro-bind", path, f"{agent.CG}/{name}"]
     if os.geteuid() == 0:
@@ -247,11 +251,19 @@ class BwrapSandbox:
         self.slot = Slot.acquire()
         self.cg: Cgroups | None = None
         self._cg_limits = self.cfg.limits
+        self.relays: Any = None
         self.proc: subprocess.Popen[bytes] | None = None
         try:
             self.cg = Cgroups.create(self.slot.name, self.cfg.limits)
+            net_dir = None
+            if self.cfg.network:
+                from sandboxes.cgroups import SLOT_DIR
+                from sandboxes.netrelay import HostRelays
+
+                net_dir = str(SLOT_DIR / f"{self.slot.name}-net")
+                self.relays = HostRelays(self.cfg.network, net_dir)
             agent_python = self.runtime.python if self.runtime.name != "node" else "/usr/bin/python3"
-            argv = bwrap_argv(self.cfg.limits, self.slot, self.runtime, self.cg, with_agent=True)
+            argv = bwrap_argv(self.cfg.limits, self.slot, self.runtime, self.cg, with_agent=True, net_dir=net_dir)
             argv += [agent_python, "-I", "-B", AGENT_INSIDE]
             self.proc = subprocess.Popen(
                 argv,
@@ -373,6 +385,9 @@ class BwrapSandbox:
         if self.cg is not None:
             self.cg.kill_all()
             self.cg = None
+        if self.relays is not None:
+            self.relays.close()
+            self.relays = None
         self.slot.release()
 
     def __enter__(self) -> BwrapSandbox:
@@ -394,6 +409,8 @@ def run_once(
     sandbox dies with the command: bubblewrap's init exits and the kernel kills
     the rest of the pid namespace. `files` are written into /sandbox first."""
     cfg = cfg or SandboxConfig()
+    if cfg.network:
+        raise SandboxError("a network allow-list needs a persistent sandbox (open_sandbox), not a one-shot run")
     limits = cfg.limits
     runtime = Runtime(cfg.runtime)
     slot = Slot.acquire()

@@ -471,3 +471,57 @@ def test_run_config_carries_a_typed_sandbox_section(tmp_path: Path) -> None:
     cfg.write_text('[run]\nname = "x"\n[smoke]\n[sandbox]\nruntime = "venv"\nbackend = {type = "apptainer"}\n')
     out = sarl("config", "show", str(cfg), "--cluster", "local", cwd=tmp_path)
     assert 'runtime = "venv"' in out.stdout and 'type = "apptainer"' in out.stdout
+
+
+def _echo_server() -> tuple[socket.socket, int]:
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+
+    def run() -> None:
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            c.sendall(b"echo:" + c.recv(100))
+            c.close()
+
+    threading.Thread(target=run, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+def test_network_allow_list_reaches_exactly_the_allowed_ports() -> None:
+    allowed_srv, allowed = _echo_server()
+    other_srv, other = _echo_server()
+    try:
+        with BwrapSandbox(SandboxConfig(limits=SMALL, network=[f"127.0.0.1:{allowed}"])) as box:
+            code, out, _ = py(
+                box,
+                f"""
+                import socket
+                s = socket.create_connection(("127.0.0.1", {allowed}), timeout=3)
+                s.sendall(b"hi")
+                print(s.recv(100))
+                try:
+                    socket.create_connection(("127.0.0.1", {other}), timeout=3)
+                    print("OTHER REACHED")
+                except OSError:
+                    print("other refused")
+            """,
+            )
+        assert out.splitlines() == ["b'echo:hi'", "other refused"]
+    finally:
+        allowed_srv.close()
+        other_srv.close()
+
+
+def test_network_allow_list_needs_a_persistent_sandbox_and_valid_entries() -> None:
+    from sandboxes import SandboxError
+
+    with pytest.raises(SandboxError, match="needs a persistent sandbox"):
+        run_once(["true"], SandboxConfig(network=["127.0.0.1:9999"]))
+    with pytest.raises(ValueError, match="expected host:port"):
+        BwrapSandbox(SandboxConfig(network=["nonsense"]))
