@@ -525,3 +525,36 @@ def test_network_allow_list_needs_a_persistent_sandbox_and_valid_entries() -> No
         run_once(["true"], SandboxConfig(network=["127.0.0.1:9999"]))
     with pytest.raises(ValueError, match="expected host:port"):
         BwrapSandbox(SandboxConfig(network=["nonsense"]))
+
+
+def test_write_file_refuses_symlinks_out_of_the_work_dir(sb: BwrapSandbox) -> None:
+    from sandboxes import SandboxError
+
+    sb.exec(["ln", "-s", "/usr/bin/python3", "/sandbox/trap"])
+    with pytest.raises(SandboxError, match="only /sandbox and /tmp are writable"):
+        sb.write_file("/sandbox/trap", "overwritten")
+    assert sb.exec(["python3", "-c", "print(1)"]).stdout == b"1\n"
+
+
+def test_cannot_raise_its_limits_trace_the_agent_or_reach_devices(sb: BwrapSandbox) -> None:
+    code, out, _ = py(sb, """
+        import ctypes, glob, os, resource
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (hard + 100, hard + 100)); print("RAISED")
+        except (ValueError, OSError):
+            print("rlimit kept")
+        for f in glob.glob("/run/sarl/cg/*"):
+            try:
+                open(f, "w").write("0"); print("WROTE", f)
+            except OSError:
+                pass
+        libc = ctypes.CDLL(None, use_errno=True)
+        print("ptrace", libc.ptrace(16, os.getppid(), 0, 0))  # PTRACE_ATTACH
+        print(sorted(os.listdir("/dev")))
+    """)
+    lines = out.splitlines()
+    assert lines[0] == "rlimit kept" and not any(x.startswith("WROTE") for x in lines)
+    assert "ptrace -1" in lines
+    devices = eval(lines[-1])
+    assert not {"mem", "kmem", "sda", "vda", "port"} & set(devices) and "null" in devices
