@@ -537,7 +537,9 @@ def test_write_file_refuses_symlinks_out_of_the_work_dir(sb: BwrapSandbox) -> No
 
 
 def test_cannot_raise_its_limits_trace_the_agent_or_reach_devices(sb: BwrapSandbox) -> None:
-    code, out, _ = py(sb, """
+    code, out, _ = py(
+        sb,
+        """
         import ctypes, glob, os, resource
         soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
         try:
@@ -552,7 +554,8 @@ def test_cannot_raise_its_limits_trace_the_agent_or_reach_devices(sb: BwrapSandb
         libc = ctypes.CDLL(None, use_errno=True)
         print("ptrace", libc.ptrace(16, os.getppid(), 0, 0))  # PTRACE_ATTACH
         print(sorted(os.listdir("/dev")))
-    """)
+    """,
+    )
     lines = out.splitlines()
     assert lines[0] == "rlimit kept" and not any(x.startswith("WROTE") for x in lines)
     assert "ptrace -1" in lines
