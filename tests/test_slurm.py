@@ -39,14 +39,20 @@ def _squeue_ids() -> set[str]:
 def test_array_of_8_completes_and_status_tells_the_truth(workdir: Path, slurm: None) -> None:
     body = smoke_config(tasks=8, steps=6, step_s=0.5, extra="[smoke.job]\narray_parallelism = 4\n")
     run, job = _submit(workdir, body)
+
     # while it runs: at most 4 running (the %4 limit), the rest pending with Slurm's reason
-    st = wait_for(lambda: (s := status(run)["roles"]["smoke"])["counts"]["running"] == 4 and s, 60, "4 running tasks")
+    def four_running_with_heartbeats() -> dict | None:  # a task runs a moment before its first heartbeat
+        s = status(run)["roles"]["smoke"]
+        running = [t for t in s["detail"] if t["status"] == "RUNNING"]
+        return s if len(running) == 4 and all(t["heartbeat_age_s"] is not None for t in running) else None
+
+    st = wait_for(four_running_with_heartbeats, 60, "4 running tasks with heartbeats")
     assert st["job_ids"] == [job]
     assert st["counts"]["running"] + st["counts"]["pending"] + st["counts"]["done"] == 8
     pending = [t for t in st["detail"] if t["status"] == "PENDING"]
     assert pending and all(t["reason"] == "JobArrayTaskLimit" for t in pending)
     running = [t for t in st["detail"] if t["status"] == "RUNNING"]
-    assert all(t["job_id"].startswith(f"{job}_") and t["heartbeat_age_s"] is not None for t in running)
+    assert all(t["job_id"].startswith(f"{job}_") and t["progress"].endswith("/6 steps") for t in running)
     # after: all done, and Slurm agrees
     wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["done"] == 8, 120, "8 tasks done")
     rows = wait_for(
