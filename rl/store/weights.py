@@ -109,6 +109,14 @@ class WeightStore:
         v = self.versions()
         return v[-1] if v else None
 
+    def _resolve(self, version: int | None) -> int:
+        """`version`, or the latest committed one."""
+        if version is None:
+            version = self.latest()
+            if version is None:
+                raise UnknownVersion("no weight version is committed yet")
+        return version
+
     def manifest(self, version: int) -> dict[str, Any]:
         try:
             data: dict[str, Any] = json.loads((self.path(version) / MANIFEST).read_bytes())
@@ -243,10 +251,7 @@ class WeightStore:
         backed by copy-on-write mappings of the stored files: writable, and
         read from disk only when touched (`verify` touches every byte)."""
         torch = _torch()
-        if version is None:
-            version = self.latest()
-            if version is None:
-                raise UnknownVersion("no weight version is committed yet")
+        version = self._resolve(version)
         manifest = self.manifest(version)
         blobs: dict[int, memoryview] = {}
         out = {}
@@ -269,10 +274,7 @@ class WeightStore:
         tensor is corrupt, missing or mis-shaped; the target may then hold a
         mix of versions, and must be loaded again."""
         torch = _torch()
-        if version is None:
-            version = self.latest()
-            if version is None:
-                raise UnknownVersion("no weight version is committed yet")
+        version = self._resolve(version)
         manifest = self.manifest(version)
         missing = sorted(set(target) - set(manifest["tensors"]))
         extra = sorted(set(manifest["tensors"]) - set(target))
