@@ -9,11 +9,11 @@ throwaway writable layer), with Apptainer's cgroup limits (`--memory`,
 Commands run through `apptainer exec instance://NAME`, under coreutils'
 `timeout` for wall time. `reset()` restarts the instance.
 
-Apptainer cannot be installed on the machines this project is developed on
-(it is in neither Debian 12 nor PyPI): the tests run this module against a
-stand-in binary that records its command line, and say so in their names.
-On a cluster, run the same tests with SARL_REAL_APPTAINER=1 and the image
-built, to exercise the real binary.
+Apptainer is in neither Debian 12 nor PyPI, so the tests run this module
+against a stand-in binary that records its command lines, and say so in
+their names. On a cluster, build the image (scripts/build-image.sh), then
+`sarl sandbox run --backend apptainer --image containers/sandbox.sif -- CMD`
+runs the real path end to end.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ nor PyPI), so these tests put a STAND-IN `apptainer` binary on PATH: it
 records each command line spython produces and runs the contained command
 WITHOUT isolation. They check what sarl asks Apptainer to do, not Apptainer
 itself. On a cluster with Apptainer and `containers/sandbox.sif` built
-(scripts/build-image.sh), the bwrap security tests' attacks can be run
-against `SandboxConfig(backend={"type": "apptainer"})` the same way.
+(scripts/build-image.sh), `sarl sandbox run --backend apptainer --image
+containers/sandbox.sif -- CMD` runs the real binary; the attacks of
+test_sandbox.py have not been run against it.
 """
 
 from __future__ import annotations
