@@ -128,8 +128,10 @@ def apply_rlimits(limits):
 
 def collect(pid, fds, limits, watch, disk_paths, stdin=b"", stdin_fd=None):
     """Wait for `pid`, reading its stdout/stderr, enforcing wall time, output
-    size and (through `watch`) cgroup limits. Returns (status, out, err,
-    truncated, limit); on a limit `kill_tree()` is the caller's job."""
+    size and (through `watch`) cgroup limits. Output written by processes it
+    left behind more than 50 ms after it exited is not collected. Returns
+    (status, out, err, truncated, limit); on a limit `kill_tree()` is the
+    caller's job."""
     bufs = {fd: bytearray() for fd in fds}
     truncated = {fd: False for fd in fds}
     cap = limits.get("output_bytes", 1 << 20)
@@ -141,6 +143,7 @@ def collect(pid, fds, limits, watch, disk_paths, stdin=b"", stdin_fd=None):
         os.close(stdin_fd)
     status, limit = None, None
     next_check = 0.0
+    drain_until = 0.0
     while True:
         # once the pipes are closed the child is exiting: poll its status closely
         timeout = max(0.0, min(0.005 if open_fds else 0.0002, deadline - time.monotonic()))
@@ -173,6 +176,8 @@ def collect(pid, fds, limits, watch, disk_paths, stdin=b"", stdin_fd=None):
             done, st = os.waitpid(pid, os.WNOHANG)
             if done:
                 status = st
+                # what it left running may hold the pipes open: drain briefly, then stop
+                drain_until = time.monotonic() + 0.05
         if limit is None and time.monotonic() >= next_check:
             limit = watch.fired(disk_paths)
             next_check = time.monotonic() + 0.02
@@ -180,9 +185,7 @@ def collect(pid, fds, limits, watch, disk_paths, stdin=b"", stdin_fd=None):
             limit = "wall_time"
         if limit is not None:
             break
-        if status is not None and not open_fds:
-            break
-        if status is not None and time.monotonic() > deadline:
+        if status is not None and (not open_fds or time.monotonic() > drain_until):
             break
     if limit is None:  # it may have hit one and ended between two checks
         limit = watch.fired(disk_paths)

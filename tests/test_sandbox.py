@@ -276,7 +276,7 @@ def test_escapes_by_setsid_and_double_fork_are_killed_before_the_next_command(sb
     r = sb.exec(
         ["/bin/sh", "-c", "setsid sleep 1000 & (sleep 1000 &) ; nohup sleep 1000 >/dev/null 2>&1 & echo started"]
     )
-    assert r.stdout == b"started\n"
+    assert r.stdout == b"started\n" and r.exit_code == 0 and r.limit is None and r.duration_s < 2
     code, out, _ = py(
         sb,
         """
