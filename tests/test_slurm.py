@@ -56,7 +56,9 @@ def test_array_of_8_completes_and_status_tells_the_truth(workdir: Path, slurm: N
     # after: all done, and Slurm agrees
     wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["done"] == 8, 120, "8 tasks done")
     rows = wait_for(
-        lambda: (r := _sacct(job)) and all(x.endswith("|COMPLETED") for x in r) and r, 30, "sacct to record completion"
+        lambda: (r := _sacct(job)) and len(r) == 8 and all(x.endswith("|COMPLETED") for x in r) and r,
+        30,
+        "sacct to record all 8 completions",
     )
     assert sorted(rows) == sorted(f"{job}_{i}|COMPLETED" for i in range(8))
     assert [task_state(run, t)["step"] for t in range(8)] == [6] * 8

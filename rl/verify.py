@@ -1,0 +1,252 @@
+"""Verification: independent checks of a solution, each its own score.
+
+  tests       pass rate over the individual test cases (statements of
+              `check()` that call the candidate), not only all-or-nothing
+  static      the solution compiles, and pyflakes finds no error in it
+  stability   share of test cases that neither crashed nor timed out
+  security    1 unless the solution attempted a forbidden action (network,
+              processes, signals, writes outside the work dir, reads of
+              secrets), as its audit hook saw it. Best effort: the sandbox, not
+              this check, is what stops such actions.
+  efficiency  1 within a quarter of the time limit, 0.5 within it, 0 beyond
+  final_state expected files present with the expected content (only for
+              tasks that name expected files)
+
+Each check is run after the episode in a fresh sandbox (from a warm pool,
+reset) with pristine copies of the task's files; the tests never touch the
+sandbox's filesystem (see rl.verify_runner). The reward aggregates the checks
+with configured weights; gated checks (security by default) zero the reward
+when they fail. Every score is recorded, and each verification is appended to
+the audit log.
+
+The default weights count only `tests`: time-based scores are not
+deterministic, and shaping a coding reward with style scores invites
+reward hacking. Change `verify.weights` to use the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rl.tasks import Task
+from sandboxes.config import Limits, SandboxConfig
+
+CHECKS = ("tests", "static", "stability", "security", "efficiency", "final_state")
+RUNNER = (Path(__file__).with_name("verify_runner.py")).read_text()
+
+
+class VerifyConfig(BaseModel):
+    """Weights and gates of the verification checks."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    weights: dict[str, float] = Field(default_factory=lambda: {"tests": 1.0})
+    """Weight of each check in the reward (checks not named weigh 0)."""
+    gates: list[str] = Field(default_factory=lambda: ["security"])
+    """Checks that zero the reward when their score is 0."""
+    parallel: int = Field(0, ge=0)
+    """Sandboxes verifying at once (0: one per core)."""
+
+
+@dataclass
+class Verdict:
+    """The outcome of verifying one sample."""
+
+    task_id: str
+    reward: float
+    checks: dict[str, float | None]
+    """Each check's score in [0, 1]; None where a check does not apply."""
+    passed: bool
+    """Every test case passed."""
+    cases: int = 0
+    failure: str = ""
+    """Why it did not pass: the first failing case, a load error, a limit."""
+    events: list[str] = field(default_factory=list)
+    duration_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def static_score(source: str) -> tuple[float, str]:
+    """1.0 when the source compiles and pyflakes reports nothing; less per message."""
+    try:
+        compile(source, "solution.py", "exec")
+    except (SyntaxError, ValueError) as e:
+        return 0.0, f"syntax: {e}"
+    try:
+        from pyflakes.api import check as flakes_check
+        from pyflakes.reporter import Reporter
+    except ImportError:
+        return 1.0, ""
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    n = flakes_check(source, "solution.py", Reporter(out, err))
+    return max(0.0, 1.0 - 0.25 * n), out.getvalue().strip().splitlines()[0] if n else ""
+
+
+def aggregate(checks: dict[str, float | None], cfg: VerifyConfig) -> float:
+    for gate in cfg.gates:
+        if checks.get(gate) == 0.0:
+            return 0.0
+    num = den = 0.0
+    for name, w in cfg.weights.items():
+        score = checks.get(name)
+        if score is not None and w > 0:
+            num += w * score
+            den += w
+    return round(num / den, 6) if den else 0.0
+
+
+class Verifier:
+    """Verifies solutions in sandboxes from a warm pool; thread-safe."""
+
+    def __init__(
+        self,
+        cfg: VerifyConfig | None = None,
+        sandbox: SandboxConfig | None = None,
+        audit: str | os.PathLike[str] | None = None,
+    ):
+        from sandboxes.pool import WarmPool
+
+        self.cfg = cfg or VerifyConfig()
+        self.sandbox = sandbox or SandboxConfig()
+        self.pool = WarmPool(self.sandbox, size=self.workers)
+        self.audit = Path(audit) if audit else None
+        self._audit_lock = threading.Lock()
+
+    @property
+    def workers(self) -> int:
+        return self.cfg.parallel or os.cpu_count() or 1
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Verifier:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def verify(self, task: Task, completion: str, final_files: dict[str, str] | None = None) -> Verdict:
+        """Verify `prompt + completion` against the task's tests."""
+        t0 = time.monotonic()
+        solution = task.prompt + completion
+        static, static_why = static_score(solution)
+        run = self._run_tests(task, solution)
+        cases = run.get("cases", [])
+        n = len(cases)
+        passed_cases = sum(c["ok"] for c in cases)
+        unstable = run.get("crashes", 0) + run.get("timeouts", 0)
+        limit = run.get("limit")
+        checks: dict[str, float | None] = {
+            "tests": passed_cases / n if n else 0.0,
+            "static": static,
+            "stability": 0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
+            "security": 0.0 if run.get("events") else 1.0,
+            "efficiency": _efficiency(run.get("duration_s", 0.0), task.limits.wall_s, limit),
+            "final_state": _final_state(task, final_files),
+        }
+        failure = ""
+        if run.get("error"):
+            failure = run["error"]
+        elif run.get("load_error"):
+            failure = f"solution did not load: {run['load_error']}"
+        elif limit:
+            failure = f"limit hit: {limit}"
+        elif n == 0:
+            failure = "the tests have no case that calls the candidate"
+        else:
+            bad = next((c for c in cases if not c["ok"]), None)
+            if bad:
+                failure = f"test case at tests.py line {bad['line']}: {bad['why']}"
+        if not failure and static == 0.0:
+            failure = static_why
+        verdict = Verdict(
+            task_id=task.task_id,
+            reward=aggregate(checks, self.cfg),
+            checks=checks,
+            passed=bool(n) and passed_cases == n and not limit,
+            cases=n,
+            failure=failure,
+            events=run.get("events", []),
+            duration_s=round(time.monotonic() - t0, 4),
+        )
+        self._log(verdict)
+        return verdict
+
+    def _run_tests(self, task: Task, solution: str) -> dict[str, Any]:
+        from sandboxes import SandboxError
+
+        params = {
+            "python": "/usr/bin/python3" if task.runtime != "venv" else "python3",
+            "entry_point": task.entry_point,
+            "call_s": task.limits.call_s,
+            "prompt": task.prompt,
+            "tests": task.tests,
+        }
+        code = f"PARAMS = {json.dumps(params)!r}\nimport json as _j\nPARAMS = _j.loads(PARAMS)\n" + RUNNER
+        limits = Limits(wall_s=task.limits.wall_s, memory_mb=task.limits.memory_mb, cpu_s=task.limits.wall_s)
+        sb = self.pool.take()
+        try:
+            for path, content in task.files.items():
+                sb.write_file(f"/sandbox/{path}", content)
+            sb.write_file("/sandbox/solution.py", solution)
+            r = sb.run_snippet(code, limits=limits)
+        except SandboxError as e:
+            sb.close()
+            return {"error": f"sandbox failed: {e}"}
+        self.pool.give(sb)
+        out = r.stdout.decode(errors="replace")
+        marker = out.rfind("@@SARL-VERIFY@@")
+        if r.limit or marker < 0:
+            why = f"limit hit: {r.limit}" if r.limit else "the test runner ended without a result"
+            return {"limit": r.limit, "error": why, "duration_s": r.duration_s}
+        result: dict[str, Any] = json.loads(out[marker + len("@@SARL-VERIFY@@") :].strip().splitlines()[0])
+        result["duration_s"] = r.duration_s
+        return result
+
+    def _log(self, verdict: Verdict) -> None:
+        if self.audit is None:
+            return
+        line = json.dumps({"at": time.time(), **verdict.to_json()}) + "\n"
+        with self._audit_lock, open(self.audit, "a") as f:
+            f.write(line)
+
+    def verify_many(self, jobs: list[tuple[Task, str]], progress: Any = None) -> list[Verdict]:
+        """Verify in parallel, one sandbox per worker; results in input order."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        out: list[Verdict | None] = [None] * len(jobs)
+
+        def one(i: int) -> None:
+            out[i] = self.verify(*jobs[i])
+            if progress is not None:
+                progress.update()
+
+        with ThreadPoolExecutor(self.workers) as ex:
+            list(ex.map(one, range(len(jobs))))
+        return [v for v in out if v is not None]
+
+
+def _efficiency(duration: float, wall: float, limit: str | None) -> float:
+    if limit:
+        return 0.0
+    return 1.0 if duration <= wall / 4 else (0.5 if duration <= wall else 0.0)
+
+
+def _final_state(task: Task, files: dict[str, str] | None) -> float | None:
+    if not task.expected_files:
+        return None
+    files = files or {}
+    hits = sum(files.get(path) == content for path, content in task.expected_files.items())
+    return hits / len(task.expected_files)

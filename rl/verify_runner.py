@@ -1,0 +1,287 @@
+"""The trusted test runner, run inside a fresh sandbox (stdlib only).
+
+The verifier sends this file's source as a resident-executor snippet, with a
+JSON header in PARAMS. It never touches the sandbox's filesystem for tests:
+the test code arrives in the snippet itself. It then:
+
+  1. starts the CHILD: a fresh interpreter (exec'd, so it shares none of this
+     process's memory: it cannot read the tests) that loads the solution and
+     answers calls of the entry point over a pipe;
+  2. runs the task's trusted code here: the prompt (for its helpers), then the
+     test code with `candidate` bound to a proxy of the child's function;
+  3. runs each statement of `check()` that calls the candidate as one test
+     case, and prints one JSON line: per-case results, crashes, timeouts and
+     the actions the child attempted (its audit hook's report).
+
+The child cannot write this process's stdout (it has no handle on it; this
+process is non-dumpable), cannot see the tests, and can only return plain
+data (tagged JSON): an object with a rigged `__eq__` does not cross. Calls
+carry a random nonce that the reply must echo.
+"""
+
+import ast
+import json
+import os
+import select
+import subprocess
+import sys
+import time
+
+CHILD = r"""
+import json, os, sys
+events = []
+def hook(name, args):
+    try:
+        if name in ("socket.connect", "socket.bind", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
+                    "os.spawn", "os.kill", "os.fork", "ctypes.dlopen", "os.setuid", "os.chmod", "os.remove"):
+            events.append(name)
+        elif name == "open" and not isinstance(args[0], int):
+            path, mode = str(args[0]), str(args[1] or "r")
+            if ("w" in mode or "a" in mode or "+" in mode) and not path.startswith(("/sandbox", "/tmp")):
+                events.append("open-write:" + path)
+            elif path.startswith(("/etc/shadow", "/root", "/home", "/proc/1/", "/run/sarl")):
+                events.append("open:" + path)
+    except Exception:
+        pass
+def enc(v, depth=0):
+    if depth > 50:
+        return {"t": "opaque"}
+    t = type(v)
+    if v is None or t is bool or t is int or t is str:
+        return {"t": t.__name__, "v": v}
+    if t is float:
+        return {"t": "float", "v": repr(v)}
+    if t is bytes:
+        return {"t": "bytes", "v": v.hex()}
+    if t in (list, tuple, set, frozenset):
+        items = sorted(v, key=repr) if t in (set, frozenset) else v
+        return {"t": t.__name__, "v": [enc(x, depth + 1) for x in items]}
+    if t is dict:
+        return {"t": "dict", "v": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
+    return {"t": "opaque", "type": t.__name__}
+out = os.fdopen(int(sys.argv[1]), "w", buffering=1)
+inp = os.fdopen(int(sys.argv[2]), "r")
+os.dup2(os.open(os.devnull, os.O_RDWR), 0)
+sys.addaudithook(hook)  # after our own plumbing: from here on, everything is the solution's
+ns = {"__name__": "solution"}
+try:
+    exec(compile(open("/sandbox/solution.py").read(), "solution.py", "exec"), ns)
+    fn = ns[sys.argv[3]]
+    out.write(json.dumps({"ready": True}) + "\n")
+except BaseException as e:
+    out.write(json.dumps({"ready": False, "error": type(e).__name__ + ": " + str(e)[:200]}) + "\n")
+    raise SystemExit(1)
+for line in inp:
+    req = json.loads(line)
+    try:
+        value = fn(*req["args"], **req["kwargs"])
+        reply = {"nonce": req["nonce"], "ok": enc(value)}
+    except BaseException as e:
+        reply = {"nonce": req["nonce"], "error": type(e).__name__}
+    reply["events"] = events[:20]
+    out.write(json.dumps(reply) + "\n")
+"""
+
+
+class Opaque:
+    """A value that could not cross as plain data: equal to nothing."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def __eq__(self, other):
+        return False
+
+    def __ne__(self, other):
+        return True
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self):
+        return "<opaque %s>" % self.kind
+
+
+def dec(d):
+    t, v = d["t"], d.get("v")
+    if t in ("NoneType", "bool", "int", "str"):
+        return v
+    if t == "float":
+        return float(v)
+    if t == "bytes":
+        return bytes.fromhex(v)
+    if t == "list":
+        return [dec(x) for x in v]
+    if t == "tuple":
+        return tuple(dec(x) for x in v)
+    if t == "set":
+        return {dec(x) for x in v}
+    if t == "frozenset":
+        return frozenset(dec(x) for x in v)
+    if t == "dict":
+        return {dec(k): dec(x) for k, x in v}
+    return Opaque(d.get("type", "?"))
+
+
+class ChildDied(Exception):
+    pass
+
+
+class CallTimeout(Exception):
+    pass
+
+
+class LoadFailed(ChildDied):
+    pass
+
+
+class Child:
+    def __init__(self, python, entry_point, call_s):
+        self.call_s = call_s
+        r_out, w_out = os.pipe()
+        r_in, w_in = os.pipe()
+        self.proc = subprocess.Popen(
+            [python, "-I", "-S", "-c", CHILD, str(w_out), str(r_in), entry_point],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            pass_fds=(w_out, r_in),
+            close_fds=True,
+            cwd="/sandbox",
+        )
+        os.close(w_out)
+        os.close(r_in)
+        self.r = r_out
+        self.w = w_in
+        self.buf = b""
+        self.events = []
+        hello = self._line(timeout=max(5.0, call_s))
+        if not hello.get("ready"):
+            raise LoadFailed(hello.get("error", "solution did not load"))
+
+    def _line(self, timeout):
+        deadline = time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise CallTimeout()
+            ready, _, _ = select.select([self.r], [], [], left)
+            if not ready:
+                raise CallTimeout()
+            chunk = os.read(self.r, 1 << 16)
+            if not chunk:
+                raise ChildDied("the solution's process ended")
+            self.buf += chunk
+            if len(self.buf) > 16 << 20:
+                raise ChildDied("reply too large")
+        line, _, self.buf = self.buf.partition(b"\n")
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise ChildDied("garbled reply")
+
+    def call(self, args, kwargs):
+        nonce = os.urandom(8).hex()
+        try:
+            os.write(self.w, (json.dumps({"nonce": nonce, "args": args, "kwargs": kwargs}) + "\n").encode())
+        except (BrokenPipeError, OSError):
+            raise ChildDied("the solution's process ended")
+        reply = self._line(self.call_s)
+        if reply.get("nonce") != nonce:
+            raise ChildDied("reply out of protocol")
+        self.events = reply.get("events", [])
+        if "error" in reply:
+            raise RuntimeError("candidate raised " + reply["error"])
+        return dec(reply["ok"])
+
+    def kill(self):
+        try:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        except Exception:
+            pass
+        for fd in (self.r, self.w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _calls(node, name):
+    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
+
+
+def run(params):
+    python = params["python"]
+    entry = params["entry_point"]
+    call_s = params["call_s"]
+    results: dict = {"cases": [], "crashes": 0, "timeouts": 0, "events": [], "load_error": None}
+    ns: dict = {"__name__": "__tests__"}
+    exec(compile(params["prompt"], "prompt.py", "exec"), ns)  # trusted: the task's helpers
+    exec(compile(params["tests"], "tests.py", "exec"), ns)
+    tree = ast.parse(params["tests"])
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is None or not check.args.args:
+        results["load_error"] = "tests define no check(candidate)"
+        return results
+    param = check.args.args[0].arg
+    state: dict = {"child": None}
+    events = set()
+
+    def child():
+        if state["child"] is None:
+            state["child"] = Child(python, entry, call_s)
+        return state["child"]
+
+    def candidate(*args, **kwargs):
+        try:
+            value = child().call(list(args), kwargs)
+        except CallTimeout:
+            results["timeouts"] += 1
+            state["child"].kill() if state["child"] else None
+            state["child"] = None
+            raise
+        except ChildDied:
+            results["crashes"] += 1
+            if state["child"] is not None:
+                state["child"].kill()
+            state["child"] = None
+            raise
+        events.update(state["child"].events)
+        return value
+
+    ns[param] = candidate
+    for stmt in check.body:
+        code = compile(ast.Module(body=[stmt], type_ignores=[]), "tests.py", "exec")
+        is_case = _calls(stmt, param)
+        try:
+            exec(code, ns)
+            ok, why = True, ""
+        except AssertionError:
+            ok, why = False, "assertion failed"
+        except CallTimeout:
+            ok, why = False, "timeout"
+        except LoadFailed as e:
+            ok, why = False, "solution did not load: " + str(e)
+            results["load_error"] = results["load_error"] or str(e)
+        except ChildDied as e:
+            ok, why = False, "crash: " + str(e)
+        except Exception as e:
+            ok, why = False, type(e).__name__ + ": " + str(e)[:100]
+        if is_case:
+            results["cases"].append({"line": stmt.lineno, "ok": ok, "why": why})
+    if state["child"] is not None:
+        state["child"].kill()
+    results["events"] = sorted(events)
+    return results
+
+
+if __name__ == "__main__":
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # non-dumpable: the child cannot reach our fds or memory
+    except Exception:
+        pass
+    params = globals()["PARAMS"]  # prepended to this source by the verifier
+    sys.stdout.write("\n@@SARL-VERIFY@@" + json.dumps(run(params)) + "\n")
+    sys.stdout.flush()
