@@ -99,7 +99,9 @@ def normalise(code: str) -> str:
         tree = ast.parse(code)
         for node in ast.walk(tree):
             body = getattr(node, "body", None)
-            first = body[0] if isinstance(body, list) and body else None
+            if not isinstance(body, list) or not body:
+                continue
+            first = body[0]
             if (
                 isinstance(first, ast.Expr)
                 and isinstance(first.value, ast.Constant)
