@@ -63,10 +63,13 @@ def validate(
         first = refs[0]
         rep.cases = first.cases
         rep.reference_s = round(sum(r.duration_s for r in refs) / len(refs), 4)
-        if first.cases == 0:
-            rep.problems.append("tests assert nothing: no test case calls the candidate")
-        elif first.failure.startswith("limit hit"):
+        lines = assertless_cases(task)
+        if first.failure.startswith("limit hit"):
             rep.problems.append(f"reference exceeds the limits ({first.failure})")
+        elif first.cases == 0:
+            rep.problems.append("tests assert nothing: no test case calls the candidate")
+        elif lines:
+            rep.problems.append(f"tests assert nothing at tests.py line(s) {', '.join(map(str, lines))}")
         elif not first.passed:
             rep.problems.append(f"reference fails: {first.failure}")
         if any((r.checks, r.passed, r.failure) != (first.checks, first.passed, first.failure) for r in refs[1:]) or any(
@@ -88,6 +91,25 @@ def validate(
 
     with ThreadPoolExecutor(verifier.workers) as ex:
         return list(ex.map(one, tasks))
+
+
+def assertless_cases(task: Task) -> list[int]:
+    """Lines of check() statements that call the candidate but assert nothing."""
+    try:
+        tree = ast.parse(task.tests)
+    except SyntaxError:
+        return []
+    check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
+    if check is None or not check.args.args:
+        return []
+    param = check.args.args[0].arg
+    out = []
+    for stmt in check.body:
+        calls = any(isinstance(n, ast.Name) and n.id == param for n in ast.walk(stmt))
+        asserts = any(isinstance(n, ast.Assert) for n in ast.walk(stmt))
+        if calls and not asserts:
+            out.append(stmt.lineno)
+    return out
 
 
 # --------------------------------------------------------------- duplicates

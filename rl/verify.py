@@ -1,10 +1,11 @@
 """Verification: independent checks of a solution, each its own score.
 
-  tests       pass rate over the informative test cases (statements of
-              `check()` that call the candidate), not only all-or-nothing. A
-              case that the prompt alone (the do-nothing solution) passes,
-              such as `candidate([]) == None`, is no evidence and does not
-              count: doing nothing scores 0, and a full solution 1
+  tests       the pass rate over the individual test cases (statements of
+              `check()` that call the candidate), measured from the best
+              constant answer: (rate - floor) / (1 - floor), where floor is
+              the best pass rate of None, True, False, 0, 1, -1, "", [], {}, ()
+              (e.g. 3 of 7 cases for `return False` on a boolean task). Any
+              constant, and the prompt alone, scores 0; a full solution 1
   static      the solution compiles, and pyflakes finds no error in it
   stability   share of test cases that neither crashed nor timed out
   security    1 unless the solution attempted a forbidden action (network,
@@ -127,7 +128,7 @@ class Verifier:
         self.pool = WarmPool(self.sandbox, size=self.workers)
         self.audit = Path(audit) if audit else None
         self._audit_lock = threading.Lock()
-        self._baseline: dict[str, set[int]] = {}  # task_id -> lines of the cases the prompt alone passes
+        self._floor: dict[str, float] = {}  # task_id -> best pass rate of a constant answer
 
     @property
     def workers(self) -> int:
@@ -151,12 +152,12 @@ class Verifier:
         cases = run.get("cases", [])
         n = len(cases)
         passed_cases = sum(c["ok"] for c in cases)
-        free = self._free_cases(task)
-        informative = [c for c in cases if c["line"] not in free]
+        floor = self.floor(task)
+        rate = passed_cases / n if n else 0.0
         unstable = run.get("crashes", 0) + run.get("timeouts", 0)
         limit = run.get("limit")
         checks: dict[str, float | None] = {
-            "tests": sum(c["ok"] for c in informative) / len(informative) if informative else 0.0,
+            "tests": (max(0.0, (rate - floor) / (1.0 - floor)) if floor < 1.0 else float(rate == 1.0)) if n else 0.0,
             "static": static,
             "stability": 0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
             "security": 0.0 if run.get("events") else 1.0,
@@ -192,14 +193,14 @@ class Verifier:
         self._log(verdict)
         return verdict
 
-    def _free_cases(self, task: Task) -> set[int]:
-        """Lines of the test cases that the prompt alone passes (cached per task)."""
-        if task.task_id not in self._baseline:
-            run = self._run_tests(task, task.prompt)
-            self._baseline[task.task_id] = {c["line"] for c in run.get("cases", []) if c["ok"]}
-        return self._baseline[task.task_id]
+    def floor(self, task: Task) -> float:
+        """The best pass rate of a constant answer (cached per task)."""
+        if task.task_id not in self._floor:
+            run = self._run_tests(task, task.prompt, constants=True)
+            self._floor[task.task_id] = max(run.get("constant_rates", {}).values(), default=0.0)
+        return self._floor[task.task_id]
 
-    def _run_tests(self, task: Task, solution: str) -> dict[str, Any]:
+    def _run_tests(self, task: Task, solution: str, constants: bool = False) -> dict[str, Any]:
         from sandboxes import SandboxError
 
         params = {
@@ -208,6 +209,7 @@ class Verifier:
             "call_s": task.limits.call_s,
             "prompt": task.prompt,
             "tests": task.tests,
+            "constants": constants,
         }
         code = f"PARAMS = {json.dumps(params)!r}\nimport json as _j\nPARAMS = _j.loads(PARAMS)\n" + RUNNER
         limits = Limits(wall_s=task.limits.wall_s, memory_mb=task.limits.memory_mb, cpu_s=task.limits.wall_s)

