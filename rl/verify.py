@@ -210,7 +210,6 @@ class Verifier:
             "entry_point": task.entry_point,
             "call_s": task.limits.call_s,
             "prompt": task.prompt,
-            "tests": task.tests,
             "constants": constants,
         }
         code = f"PARAMS = {json.dumps(params)!r}\nimport json as _j\nPARAMS = _j.loads(PARAMS)\n" + RUNNER
@@ -220,7 +219,7 @@ class Verifier:
             for path, content in task.files.items():
                 sb.write_file(f"/sandbox/{path}", content)
             sb.write_file("/sandbox/solution.py", solution)
-            r = sb.run_snippet(code, limits=limits)
+            r = sb.run_snippet(code, limits=limits, stream=task.tests.encode())
         except SandboxError as e:
             sb.close()
             return {"error": f"sandbox failed: {e}"}

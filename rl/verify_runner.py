@@ -4,9 +4,11 @@ The verifier sends this file's source as a resident-executor snippet, with a
 JSON header in PARAMS. It never touches the sandbox's filesystem for tests:
 the test code arrives in the snippet itself. It then:
 
-  1. starts the CHILD: a fresh interpreter (exec'd, so it shares none of this
-     process's memory: it cannot read the tests) that loads the solution and
-     answers calls of the entry point over a pipe;
+  1. forks a CHILD process before the tests exist in this process (the agent
+     streams them to our stdin only after forking us, and zeroes its buffer):
+     it loads the solution and answers calls of the entry point over a pipe;
+     a later child (after a crash or a timeout) is a freshly exec'd
+     interpreter, which shares no memory with us either;
   2. runs the task's trusted code here: the prompt (for its helpers), then the
      test code with `candidate` bound to a proxy of the child's function;
   3. runs each statement of `check()` that calls the candidate as one test
@@ -59,14 +61,15 @@ def enc(v, depth=0):
     if t is dict:
         return {"t": "dict", "v": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
     return {"t": "opaque", "type": t.__name__}
-out = os.fdopen(int(sys.argv[1]), "w", buffering=1)
-inp = os.fdopen(int(sys.argv[2]), "r")
+ARGS = globals().get("ARGS") or sys.argv[1:]
+out = os.fdopen(int(ARGS[0]), "w", buffering=1)
+inp = os.fdopen(int(ARGS[1]), "r")
 os.dup2(os.open(os.devnull, os.O_RDWR), 0)
 sys.addaudithook(hook)  # after our own plumbing: from here on, everything is the solution's
 ns = {"__name__": "solution"}
 try:
     exec(compile(open("/sandbox/solution.py").read(), "solution.py", "exec"), ns)
-    fn = ns[sys.argv[3]]
+    fn = ns[ARGS[2]]
     out.write(json.dumps({"ready": True}) + "\n")
 except BaseException as e:
     out.write(json.dumps({"ready": False, "error": type(e).__name__ + ": " + str(e)[:200]}) + "\n")
@@ -134,24 +137,71 @@ class LoadFailed(ChildDied):
     pass
 
 
+def fork_child(entry_point):
+    """A solution process forked from this one, before the tests arrive: it
+    holds none of them. It keeps only its two pipe ends; fds 0-2 are /dev/null."""
+    r_out, w_out = os.pipe()
+    r_in, w_in = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            keep = sorted((w_out, r_in))
+            os.closerange(0, keep[0])
+            os.closerange(keep[0] + 1, keep[1])
+            os.closerange(keep[1] + 1, 65536)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                if fd != null:
+                    os.dup2(null, fd)
+            exec(CHILD, {"__name__": "__child__", "ARGS": [w_out, r_in, entry_point]})
+        finally:
+            os._exit(0)
+    os.close(w_out)
+    os.close(r_in)
+    return pid, r_out, w_in
+
+
+class Forked:
+    """The process handle of a forked child (what Popen is for an exec'd one)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def kill(self):
+        try:
+            os.kill(self.pid, 9)
+        except ProcessLookupError:
+            pass
+
+    def wait(self, timeout=None):
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
 class Child:
-    def __init__(self, python, entry_point, call_s):
+    def __init__(self, python, entry_point, call_s, forked=None):
         self.call_s = call_s
-        r_out, w_out = os.pipe()
-        r_in, w_in = os.pipe()
-        self.proc = subprocess.Popen(
-            [python, "-I", "-S", "-c", CHILD, str(w_out), str(r_in), entry_point],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            pass_fds=(w_out, r_in),
-            close_fds=True,
-            cwd="/sandbox",
-        )
-        os.close(w_out)
-        os.close(r_in)
-        self.r = r_out
-        self.w = w_in
+        if forked is not None:
+            pid, self.r, self.w = forked
+            self.proc = Forked(pid)
+        else:  # no clean fork left: a fresh interpreter, slower but as safe
+            r_out, w_out = os.pipe()
+            r_in, w_in = os.pipe()
+            self.proc = subprocess.Popen(  # type: ignore[assignment]
+                [python, "-I", "-S", "-c", CHILD, str(w_out), str(r_in), entry_point],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(w_out, r_in),
+                close_fds=True,
+                cwd="/sandbox",
+            )
+            os.close(w_out)
+            os.close(r_in)
+            self.r = r_out
+            self.w = w_in
         self.buf = b""
         self.events = []
         hello = self._line(timeout=max(5.0, call_s))
@@ -195,8 +245,7 @@ class Child:
 
     def kill(self):
         try:
-            self.proc.kill()
-            self.proc.wait(timeout=5)
+            self.proc.kill()  # not waited for: the agent reaps the sandbox's processes after us
         except Exception:
             pass
         for fd in (self.r, self.w):
@@ -234,15 +283,24 @@ def constant_rates(check, ns, param, entry):
     return {"constant_rates": rates}
 
 
-def run(params):
+def run(params, spares=()):
+    spares = list(spares)
     python = params["python"]
     entry = params["entry_point"]
     call_s = params["call_s"]
     results: dict = {"cases": [], "crashes": 0, "timeouts": 0, "events": [], "load_error": None}
     ns: dict = {"__name__": "__tests__"}
-    exec(compile(params["prompt"], "prompt.py", "exec"), ns)  # trusted: the task's helpers
-    exec(compile(params["tests"], "tests.py", "exec"), ns)
-    tree = ast.parse(params["tests"])
+    try:
+        exec(compile(params["prompt"], "prompt.py", "exec"), ns)  # trusted: the task's helpers
+    except Exception as e:  # a prompt that is not whole code (a bare signature) has no helpers
+        ns = {"__name__": "__tests__"}
+        results["prompt_error"] = type(e).__name__
+    try:
+        exec(compile(params["tests"], "tests.py", "exec"), ns)
+        tree = ast.parse(params["tests"])
+    except Exception as e:
+        results["load_error"] = "the task's tests do not run: %s: %s" % (type(e).__name__, e)
+        return results
     check = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "check"), None)
     if check is None or not check.args.args:
         results["load_error"] = "tests define no check(candidate)"
@@ -253,7 +311,7 @@ def run(params):
 
     def child():
         if state["child"] is None:
-            state["child"] = Child(python, entry, call_s)
+            state["child"] = Child(python, entry, call_s, forked=spares.pop(0) if spares else None)
         return state["child"]
 
     def candidate(*args, **kwargs):
@@ -298,6 +356,8 @@ def run(params):
             results["cases"].append({"line": stmt.lineno, "ok": ok, "why": why})
     if state["child"] is not None:
         state["child"].kill()
+    for pid, _r, _w in spares:  # unused; the agent reaps what we leave when we end
+        Forked(pid).kill()
     results["events"] = sorted(events)
     return results
 
@@ -309,6 +369,9 @@ if __name__ == "__main__":
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # non-dumpable: the child cannot reach our fds or memory
     except Exception:
         pass
-    params = globals()["PARAMS"]  # prepended to this source by the verifier
-    sys.stdout.write("\n@@SARL-VERIFY@@" + json.dumps(run(params)) + "\n")
+    params = globals()["PARAMS"]  # prepended to this source by the verifier: no tests in it
+    os.chdir("/sandbox")
+    spares = [fork_child(params["entry_point"])]  # before the tests exist here
+    params["tests"] = sys.stdin.buffer.read().decode()  # streamed by the agent after our fork
+    sys.stdout.write("\n@@SARL-VERIFY@@" + json.dumps(run(params, spares)) + "\n")
     sys.stdout.flush()

