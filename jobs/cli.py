@@ -98,6 +98,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--report", type=Path, help="report (default: TASKS.report.json)")
     s.add_argument("--repeats", type=int, default=3, help="runs of each reference (flaky tests disagree)")
 
+    s = tsub.add_parser("report", help="merge a validation run's shards: RUN_DIR/tasks.report.json, tasks.clean.jsonl")
+    s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+
     q = sub.add_parser("verify", help="verify HumanEval-style samples in sandboxes; write per-sample results")
     q.add_argument("tasks", type=Path, metavar="TASKS.jsonl")
     q.add_argument("samples", type=Path, metavar="SAMPLES.jsonl")

@@ -44,7 +44,47 @@ def tasks_main(args: argparse.Namespace) -> int:
                 print(f"{r.task_id}: " + "; ".join(r.problems))
         print(f"{len(ok)} of {len(tasks)} tasks are clean -> {clean}; report -> {report_path}", file=sys.stderr)
         return 0
+    if args.tasks_cmd == "report":
+        return _report(args.run_dir)
     raise AssertionError(args.tasks_cmd)
+
+
+def _report(run_dir: Path) -> int:
+    """Merge the validation role's shards into a report and a clean task file."""
+    from rl.rundir import RunDir, atomic_write, read_json
+    from rl.taskpool import duplicates
+    from rl.tasks import read_tasks, write_tasks
+
+    rd = RunDir(run_dir)
+    cfg = rd.config()
+    if cfg.validation is None:
+        print(f"sarl tasks report: {run_dir} has no validation role", file=sys.stderr)
+        return 2
+    tasks = list(read_tasks(cfg.validation.tasks_file))
+    reports: dict[str, dict] = {}
+    for shard in range(cfg.validation.tasks):
+        state = read_json(rd.state_path("validation", shard)) or {}
+        for r in state.get("reports", []):
+            reports[r["task_id"]] = r
+    for tid, why in duplicates(tasks).items():
+        if tid in reports:
+            reports[tid]["problems"].append(why)
+            reports[tid]["ok"] = False
+    missing = [t.task_id for t in tasks if t.task_id not in reports]
+    ordered = [reports[t.task_id] for t in tasks if t.task_id in reports]
+    report = {
+        "tasks": len(tasks),
+        "validated": len(ordered),
+        "not_yet_validated": len(missing),
+        "ok": sum(r["ok"] for r in ordered),
+        "flagged": sum(not r["ok"] for r in ordered),
+        "reports": ordered,
+    }
+    atomic_write(rd.path / "tasks.report.json", json.dumps(report, indent=1) + "\n")
+    ok = {r["task_id"] for r in ordered if r["ok"]}
+    write_tasks(rd.path / "tasks.clean.jsonl", [t for t in tasks if t.task_id in ok])
+    print(json.dumps({k: v for k, v in report.items() if k != "reports"}))
+    return 0 if not missing else 1
 
 
 def verify_main(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from rl.config import Config, RoleConfig, SlurmExecutor
 from rl.role import Role
 from rl.rundir import RunDir
 
-ROLE_CLASSES = {"smoke": "jobs.smoke:Smoke"}
+ROLE_CLASSES = {"smoke": "jobs.smoke:Smoke", "validation": "jobs.validate:Validate"}
 
 LIVE_STATES = {
     "PENDING",

@@ -31,6 +31,7 @@ __all__ = [
     "LocalExecutor",
     "SlurmExecutor",
     "SmokeRole",
+    "ValidateRole",
     "config_diff",
     "dump_toml",
     "load_config",
@@ -135,7 +136,20 @@ class SmokeRole(RoleConfig):
     (clear it with `sarl resume RUN_DIR --set smoke.fail_tasks=[]`)."""
 
 
-ROLE_TYPES: dict[str, type[RoleConfig]] = {"smoke": SmokeRole}
+class ValidateRole(RoleConfig):
+    """Task validation as a job array: each array task validates every
+    `tasks`-th task of `tasks_file`; `sarl tasks report RUN_DIR` merges."""
+
+    tasks: int = Field(4, ge=1, le=100_000)
+    """Number of array tasks (shards)."""
+    tasks_file: Path
+    """JSONL task file to validate. A relative path is resolved against the
+    directory `sarl submit` runs in."""
+    repeats: int = Field(3, ge=1)
+    """Runs of each reference; results must agree (else flaky)."""
+
+
+ROLE_TYPES: dict[str, type[RoleConfig]] = {"smoke": SmokeRole, "validation": ValidateRole}
 
 
 # ---------------------------------------------------------------------- run
@@ -164,6 +178,8 @@ class Config(_Model):
     """Where model-written code runs: backend, runtime, limits, network, warm pool."""
     smoke: SmokeRole | None = None
     """The smoke role (plumbing check); absent: not run."""
+    validation: ValidateRole | None = None
+    """Task validation as a job array; absent: not run."""
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
@@ -302,6 +318,12 @@ def validate_config(
         raise ConfigError(f"{source}: executor.type = 'slurm' but sbatch is not on PATH")
     if not cfg.run.root.is_absolute():
         cfg.run.root = ((base_dir or Path.cwd()) / cfg.run.root).resolve()
+    if cfg.validation is not None:
+        tasks_file = cfg.validation.tasks_file
+        if not tasks_file.is_absolute():
+            cfg.validation.tasks_file = tasks_file = ((base_dir or Path.cwd()) / tasks_file).resolve()
+        if not tasks_file.is_file():
+            raise ConfigError(f"{source}: validation.tasks_file: {tasks_file} does not exist")
     return cfg
 
 

@@ -320,3 +320,37 @@ def test_the_solution_cannot_find_the_tests_in_its_own_memory(verifier: Verifier
     # control: the same marker in the prompt (part of the solution file) is found, so the scan can find it
     shown = task.model_copy(update={"task_id": "secret/control", "prompt": f"# {marker}\n" + task.prompt})
     assert verifier.verify(shown, SCAN_MEMORY).cases_passed == 2
+
+
+def _validation_run(tmp_path: Path, cluster: str, shards: int) -> dict:
+    from conftest import status, wait_for
+
+    tasks = HUMANEVAL[:5] + [HUMANEVAL[0].model_copy(update={"task_id": "copy-of-0"})]  # lands in another shard
+    write_tasks(tmp_path / "tasks.jsonl", tasks)
+    (tmp_path / "v.toml").write_text(
+        f'[run]\nname = "v"\nroot = "runs"\n[validation]\ntasks = {shards}\ntasks_file = "tasks.jsonl"\n'
+    )
+    out = sarl("submit", "v.toml", "--cluster", cluster, cwd=tmp_path)
+    assert out.stdout.startswith("Submitted validation job") and f"({shards} tasks)" in out.stdout
+    run = tmp_path / "runs" / "v"
+    wait_for(lambda: status(run)["roles"]["validation"]["counts"]["done"] == shards, 240, "validation shards")
+    summary = json.loads(sarl("tasks", "report", str(run), cwd=tmp_path).stdout)
+    report = json.loads((run / "tasks.report.json").read_text())
+    clean = [json.loads(x)["task_id"] for x in (run / "tasks.clean.jsonl").read_text().splitlines()]
+    return {"summary": summary, "report": report, "clean": clean}
+
+
+@pytest.mark.slow
+def test_validation_runs_as_a_local_job_array_and_merges(tmp_path: Path) -> None:
+    r = _validation_run(tmp_path, "local", 2)
+    assert r["summary"] == {"tasks": 6, "validated": 6, "not_yet_validated": 0, "ok": 5, "flagged": 1}
+    assert r["clean"] == [t.task_id for t in HUMANEVAL[:5]]
+    flagged = [x for x in r["report"]["reports"] if not x["ok"]]
+    assert [x["task_id"] for x in flagged] == ["copy-of-0"] and "duplicate of HumanEval/0" in flagged[0]["problems"]
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_validation_runs_as_a_slurm_job_array(tmp_path: Path, slurm: None) -> None:
+    r = _validation_run(tmp_path, "slurm", 3)
+    assert r["summary"]["validated"] == 6 and r["summary"]["ok"] == 5
