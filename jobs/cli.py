@@ -106,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     q.add_argument("samples", type=Path, metavar="SAMPLES.jsonl")
     q.add_argument("-o", "--output", type=Path, help="results (default: SAMPLES_results.jsonl)")
     q.add_argument("--audit", type=Path, help="audit log (default: RESULTS.audit.jsonl)")
+    q.add_argument(
+        "--config", type=Path, metavar="RUN.toml", help="take [verify] weights and [sandbox] from a run config"
+    )
 
     q = sub.add_parser("bench", help="benchmarks, each beside a baseline measured in the same run")
     bsub = q.add_subparsers(dest="bench_cmd", required=True, metavar="WHAT")

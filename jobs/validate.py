@@ -28,13 +28,14 @@ class Validate(Role):
     def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
         from rl.taskpool import validate
         from rl.tasks import read_tasks
-        from rl.verify import Verifier, VerifyConfig
+        from rl.verify import Verifier
 
         assert isinstance(role_cfg, ValidateRole)
         shard = list(read_tasks(role_cfg.tasks_file))[self.task :: role_cfg.tasks]
         self.commit(shard=len(shard))
         done = {r["task_id"] for r in self.state["reports"]}
-        with Verifier(VerifyConfig(parallel=role_cfg.job.cpus_per_task), sandbox=cfg.sandbox) as verifier:
+        vcfg = cfg.verify.model_copy(update={"parallel": role_cfg.job.cpus_per_task})
+        with Verifier(vcfg, sandbox=cfg.sandbox) as verifier:
             for task in shard:
                 if task.task_id in done:
                     continue

@@ -103,10 +103,20 @@ def verify_main(args: argparse.Namespace) -> int:
     except TaskError as e:
         print(f"sarl verify: {e}", file=sys.stderr)
         return 2
+    vcfg, scfg = None, None
+    if args.config is not None:  # [verify] weights and gates, [sandbox] backend and limits
+        from rl.config import ConfigError, load_config
+
+        try:
+            run_cfg = load_config(args.config, cluster="local")
+        except ConfigError as e:
+            print(f"sarl verify: config error:\n{e}", file=sys.stderr)
+            return 2
+        vcfg, scfg = run_cfg.verify, run_cfg.sandbox
     out = args.output or Path(str(args.samples) + "_results.jsonl")
     audit = args.audit or Path(str(out) + ".audit.jsonl")
     bar = tqdm(total=len(jobs), desc="verify", unit="sample", file=sys.stderr)
-    with Verifier(audit=audit) as verifier:
+    with Verifier(vcfg, sandbox=scfg, audit=audit) as verifier:
         verdicts = verifier.verify_many(jobs, progress=bar)
     bar.close()
     lines = [

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import JsonDict
 
+from rl.verify_config import VerifyConfig
 from sandboxes.config import SandboxConfig
 
 __all__ = [
@@ -176,6 +177,8 @@ class Config(_Model):
     """Where jobs run: `local` processes or `slurm` jobs."""
     sandbox: SandboxConfig = SandboxConfig()
     """Where model-written code runs: backend, runtime, limits, network, warm pool."""
+    verify: VerifyConfig = VerifyConfig()
+    """Weights and gates of the verification checks that make the reward."""
     smoke: SmokeRole | None = None
     """The smoke role (plumbing check); absent: not run."""
     validation: ValidateRole | None = None

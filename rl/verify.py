@@ -38,26 +38,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
 from rl.tasks import Task
+from rl.verify_config import VerifyConfig
 from sandboxes.config import Limits, SandboxConfig
 
-CHECKS = ("tests", "static", "stability", "security", "efficiency", "final_state")
 RUNNER = (Path(__file__).with_name("verify_runner.py")).read_text()
-
-
-class VerifyConfig(BaseModel):
-    """Weights and gates of the verification checks."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
-
-    weights: dict[str, float] = Field(default_factory=lambda: {"tests": 1.0})
-    """Weight of each check in the reward (checks not named weigh 0)."""
-    gates: list[str] = Field(default_factory=lambda: ["security"])
-    """Checks that zero the reward when their score is 0."""
-    parallel: int = Field(0, ge=0)
-    """Sandboxes verifying at once (0: one per core)."""
 
 
 @dataclass
