@@ -4,10 +4,11 @@
         cursor.json                         the consumed rollout batches
         meta.json                           step, weight version, RNG, ... (written last)
         ...                                 whatever the learner writes (DeepSpeed files)
-    checkpoints/learner/LATEST              name of the newest complete one
+    checkpoints/learner/LATEST              name of the newest complete one (a pointer)
 
-A checkpoint is built under a temporary name, renamed into place, and only
-then named in LATEST. The cursor travels inside it: after a crash the
+A checkpoint is built under a temporary name and renamed into place: that
+rename commits it. LATEST is written after it, so it can lag by one after a
+crash; the newest complete checkpoint, not LATEST, is what resumes. The cursor travels inside it: after a crash the
 learner resumes with exactly the batches that its restored model has not
 seen; batches it consumed after its last checkpoint are consumed again,
 because their effect on the model was lost with the crash.
@@ -77,15 +78,12 @@ class LearnerCheckpoints:
         )
 
     def latest(self) -> Checkpoint | None:
-        try:
-            name = (self.folder / "LATEST").read_text().strip()
-        except FileNotFoundError:
-            name = ""
-        if not name or not (self.folder / name / "meta.json").exists():
-            complete = self._complete()  # pointer missing or stale: the newest complete one
-            if not complete:
-                return None
-            name = complete[-1]
-        path = self.folder / name
+        """The newest complete checkpoint. The rename into place is the commit:
+        LATEST, written after it, may lag by one (a crash between the two) and
+        is only a pointer for people and tools."""
+        complete = self._complete()
+        if not complete:
+            return None
+        path = self.folder / complete[-1]
         meta = json.loads((path / "meta.json").read_text())
         return Checkpoint(meta["step"], Cursor.from_json(json.loads((path / "cursor.json").read_text())), meta, path)

@@ -403,3 +403,15 @@ def test_bench_store_reports_each_figure_beside_its_baseline(tmp_path: Path) -> 
     assert r["load_ratio"] == pytest.approx(r["sarl_load_gbps"] / r["safetensors_load_gbps"], abs=0.01)
     assert abs(r["delta_speedup"] - r["full_publish_s"] / r["delta_publish_s"]) < 0.05 * r["delta_speedup"]
     assert os.listdir(tmp_path) == []  # the bench cleans up after itself
+
+
+def test_a_checkpoint_renamed_into_place_counts_even_if_latest_lags(tmp_path: Path) -> None:
+    ck = LearnerCheckpoints(tmp_path)
+    c = Cursor()
+    c.add(("w", 0))
+    ck.save(1, Cursor())
+    ck.save(2, c)
+    (tmp_path / "checkpoints/learner/LATEST").write_text("step-0000000001\n")  # a crash before LATEST moved
+    last = ck.latest()
+    assert last is not None and last.step == 2 and ("w", 0) in last.cursor
+    ck.save(3, c)  # the next step does not collide with a committed one
