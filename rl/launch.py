@@ -13,7 +13,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rl.cluster import cancel_submission, submission_label, submit_role
+from rl.cluster import SubmitError, cancel_submission, submission_label, submit_role
 from rl.config import Config
 from rl.rundir import RunDir
 from rl.status import role_status
@@ -62,6 +62,8 @@ def _resubmit(rd: RunDir, cfg: Config) -> list[Submitted]:
     out = []
     for role, rc in cfg.roles().items():
         st = role_status(rd, role, rc.tasks)
+        if st.scheduler_error:  # its tasks may still run: resubmitting them could run them twice
+            raise SubmitError(f"{role}: {st.scheduler_error}; nothing resubmitted")
         todo = [t.task for t in st.detail if t.status != "DONE" and not t.live]
         if todo:
             rec = submit_role(rd, cfg, role, todo)
@@ -76,6 +78,8 @@ def cancel(rd: RunDir) -> list[str]:
     with rd.lock():
         for role, rc in cfg.roles().items():
             st = role_status(rd, role, rc.tasks)
+            if st.scheduler_error:
+                raise SubmitError(f"{role}: {st.scheduler_error}; nothing cancelled")
             live_jobs = {t.job_id for t in st.detail if t.live}
             for rec in rd.submissions(role):
                 ids = rec["job_ids"] if rec["executor"] == "slurm" else [f"pid {p}" for p in rec["job_ids"]]

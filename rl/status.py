@@ -16,7 +16,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rl.cluster import LIVE_STATES, failure_text, local_state, slurm_states, submission_label
+from rl.cluster import LIVE_STATES, SubmitError, failure_text, local_state, slurm_states, submission_label
 from rl.rundir import RunDir, read_json
 
 
@@ -39,7 +39,7 @@ class TaskStatus:
 
     @property
     def failed(self) -> bool:
-        return not self.live and self.status not in ("DONE", "NOT_SUBMITTED")
+        return not self.live and self.status not in ("DONE", "NOT_SUBMITTED", "UNKNOWN")
 
 
 @dataclass
@@ -48,6 +48,8 @@ class RoleStatus:
     tasks: int
     job_ids: list[str] = field(default_factory=list)
     detail: list[TaskStatus] = field(default_factory=list)
+    scheduler_error: str = ""
+    """Set when Slurm did not answer: task states come from the run directory only."""
 
     def count(self, pred: Any) -> int:
         return sum(1 for t in self.detail if pred(t))
@@ -59,6 +61,7 @@ class RoleStatus:
             "running": self.count(lambda t: t.status == "RUNNING"),
             "pending": self.count(lambda t: t.live and t.status != "RUNNING"),
             "failed": self.count(lambda t: t.failed),
+            "unknown": self.count(lambda t: t.status == "UNKNOWN"),
             "not_submitted": self.count(lambda t: t.status == "NOT_SUBMITTED"),
         }
 
@@ -77,7 +80,11 @@ def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) ->
         for i, t in enumerate(rec["tasks"]):
             latest[t] = (rec, i)
     slurm_ids = sorted({str(r["job_id"]) for r, _ in latest.values() if r["executor"] == "slurm"})
-    sstates = slurm_states(slurm_ids)
+    try:
+        sstates = slurm_states(slurm_ids)
+    except SubmitError as e:  # tell what the run directory knows, and say what is missing
+        sstates = {}
+        out.scheduler_error = f"Slurm did not answer ({e})"
     for task in range(ntasks):
         state = read_json(rd.state_path(role, task)) or {}
         beat = read_json(rd.heartbeat_path(role, task)) or {}
@@ -95,16 +102,22 @@ def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) ->
             rec, idx = latest[task]
             if rec["executor"] == "slurm":
                 ts.job_id = rec["job_ids"][idx]
-                sched = sstates.get(
-                    ts.job_id,
-                    {
-                        "state": "SUBMITTED",
-                        "detail": "SUBMITTED",
+                missing = {
+                    "state": "SUBMITTED",
+                    "detail": "SUBMITTED",
+                    "exit_code": "",
+                    "reason": "not yet visible in squeue/sacct",
+                    "node": "",
+                }
+                if out.scheduler_error:
+                    missing = {
+                        "state": "UNKNOWN",
+                        "detail": "UNKNOWN",
                         "exit_code": "",
-                        "reason": "not yet visible in squeue/sacct",
+                        "reason": out.scheduler_error,
                         "node": "",
-                    },
-                )
+                    }
+                sched = sstates.get(ts.job_id, missing)
             else:
                 ts.job_id = f"pid {rec['job_ids'][idx]}"
                 sched = local_state(rd, rec, idx)
@@ -141,6 +154,7 @@ def run_status(rd: RunDir) -> dict[str, Any]:
         "run_dir": str(rd.path),
         "name": cfg.run.name,
         "executor": cfg.executor.type,
+        "warnings": sorted({r.scheduler_error for r in roles if r.scheduler_error}),
         "roles": {
             r.role: {
                 "tasks": r.tasks,
@@ -166,6 +180,8 @@ def _age(s: float | None) -> str:
 
 def render(st: dict[str, Any], all_tasks: bool = False) -> str:
     lines = [f"run {st['name']}  ({st['run_dir']}, executor {st['executor']})", ""]
+    for w in st.get("warnings", []):
+        lines[1:1] = [f"WARNING: {w}; task states below come from the run directory only", ""]
     header = f"{'ROLE':<12}{'TASKS':>6}{'DONE':>6}{'RUN':>6}{'PEND':>6}{'FAIL':>6}  {'LAST BEAT':<11} JOBS"
     lines.append(header)
     for name, r in st["roles"].items():

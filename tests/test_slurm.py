@@ -195,3 +195,26 @@ def test_bench_submit_reports_each_figure_beside_its_baseline(workdir: Path, slu
     assert set(r) >= {"python_sbatch_s", "stock_submitit_s", "ratio_vs_python_sbatch", "speedup_vs_stock_submitit"}
     names = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True, check=True).stdout.split()
     assert not {n for n in names if n.startswith("sarl-bench") or n in ("job.sh", "submitit")}  # none left queued
+
+
+def test_status_tells_what_it_knows_when_slurm_does_not_answer(workdir: Path, slurm: None) -> None:
+    import os
+
+    run, job = _submit(workdir, smoke_config(tasks=2, steps=100, step_s=0.5))
+    wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["running"] == 2, 60, "2 running")
+    # the real squeue and sacct, failing at once on an empty configuration
+    (workdir / "empty-slurm.conf").write_text("")
+    env = dict(os.environ, SLURM_CONF=str(workdir / "empty-slurm.conf"))
+    st = json.loads(sarl("status", str(run), "--json", cwd=workdir, env=env).stdout)
+    assert len(st["warnings"]) == 1 and st["warnings"][0].startswith("Slurm did not answer")
+    detail = st["roles"]["smoke"]["detail"]
+    assert [t["status"] for t in detail] == ["UNKNOWN", "UNKNOWN"]
+    assert all(t["progress"].endswith("/100 steps") and t["heartbeat_age_s"] is not None for t in detail)
+    assert st["roles"]["smoke"]["counts"]["failed"] == 0
+    text = sarl("status", str(run), cwd=workdir, env=env).stdout
+    assert "WARNING: Slurm did not answer" in text
+    for cmd in ("resume", "cancel"):  # neither acts blind: tasks may still be running
+        out = sarl(cmd, str(run), cwd=workdir, env=env, check=False)
+        assert out.returncode == 1 and "nothing" in out.stderr, (cmd, out.stderr)
+    assert len(list((run / "submissions" / "smoke").glob("*.json"))) == 1
+    sarl("cancel", str(run), cwd=workdir)
