@@ -80,11 +80,9 @@ def _format(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
-    """Tasks of a JSONL file (optionally .gz). Raises TaskError naming the line."""
-    path = Path(path)
+def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed JSON) of each non-empty line of a JSONL (or .gz) file."""
     opener = gzip.open if path.suffix == ".gz" else open
-    seen: dict[str, int] = {}
     try:
         f = opener(path, "rt")
     except FileNotFoundError:
@@ -94,19 +92,26 @@ def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
             if not line.strip():
                 continue
             try:
-                data = json.loads(line)
+                yield n, json.loads(line)
             except json.JSONDecodeError as e:
                 raise TaskError(f"{path}:{n}: not valid JSON: {e.msg}") from None
-            if not isinstance(data, dict):
-                raise TaskError(f"{path}:{n}: expected a JSON object, got {type(data).__name__}")
-            try:
-                task = Task.model_validate(data)
-            except ValidationError as e:
-                raise TaskError(f"{path}:{n}: {_format(e)}") from None
-            if task.task_id in seen:
-                raise TaskError(f"{path}:{n}: task_id {task.task_id!r} already used on line {seen[task.task_id]}")
-            seen[task.task_id] = n
-            yield task
+
+
+def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
+    """Tasks of a JSONL file (optionally .gz). Raises TaskError naming the line."""
+    path = Path(path)
+    seen: dict[str, int] = {}
+    for n, data in _jsonl(path):
+        if not isinstance(data, dict):
+            raise TaskError(f"{path}:{n}: expected a JSON object, got {type(data).__name__}")
+        try:
+            task = Task.model_validate(data)
+        except ValidationError as e:
+            raise TaskError(f"{path}:{n}: {_format(e)}") from None
+        if task.task_id in seen:
+            raise TaskError(f"{path}:{n}: task_id {task.task_id!r} already used on line {seen[task.task_id]}")
+        seen[task.task_id] = n
+        yield task
 
 
 def write_tasks(path: str | os.PathLike[str], tasks: list[Task]) -> None:
@@ -137,20 +142,8 @@ def import_humaneval() -> list[Task]:
 def read_samples(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """HumanEval-style samples: JSONL lines with `task_id` and `completion`."""
     path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        f = opener(path, "rt")
-    except FileNotFoundError:
-        raise TaskError(f"{path}: no such file") from None
-    with f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                data = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TaskError(f"{path}:{n}: not valid JSON: {e.msg}") from None
-            for key in ("task_id", "completion"):
-                if not isinstance(data, dict) or not isinstance(data.get(key), str):
-                    raise TaskError(f"{path}:{n}: {key}: required string field is missing")
-            yield n, data
+    for n, data in _jsonl(path):
+        for key in ("task_id", "completion"):
+            if not isinstance(data, dict) or not isinstance(data.get(key), str):
+                raise TaskError(f"{path}:{n}: {key}: required string field is missing")
+        yield n, data

@@ -40,6 +40,6 @@ def run_once(
         if files:
             raise SandboxError("run_once with files is not supported by the apptainer backend; use open_sandbox")
         return apptainer.run_once(argv, cfg, stdin)
-    from sandboxes import bwrap
+    from sandboxes import oneshot
 
-    return bwrap.run_once(argv, cfg, stdin, files)
+    return oneshot.run_once(argv, cfg, stdin, files)

@@ -90,8 +90,9 @@ def _rate(workers: int, total: int, make: Callable[[], Callable[[], Any]]) -> fl
 def bench_sandbox(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from sandboxes.bwrap import BwrapSandbox, run_once
+    from sandboxes.bwrap import BwrapSandbox
     from sandboxes.config import SandboxConfig
+    from sandboxes.oneshot import run_once
 
     starts, snippets, checks = (40, 300, 600) if args.quick else (150, 2000, 3000)
     cores = os.cpu_count() or 1
