@@ -201,7 +201,14 @@ def test_status_tells_what_it_knows_when_slurm_does_not_answer(workdir: Path, sl
     import os
 
     run, job = _submit(workdir, smoke_config(tasks=2, steps=100, step_s=0.5))
-    wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["running"] == 2, 60, "2 running")
+    wait_for(
+        lambda: all(
+            (run / f"checkpoints/smoke/task-00000{t}.json").exists() and task_state(run, t)["step"] >= 1
+            for t in range(2)
+        ),
+        60,
+        "both tasks to commit a step",
+    )
     # the real squeue and sacct, failing at once on an empty configuration
     (workdir / "empty-slurm.conf").write_text("")
     env = dict(os.environ, SLURM_CONF=str(workdir / "empty-slurm.conf"))
