@@ -225,18 +225,6 @@ class TaskPool:
             )
         )
 
-    def stats(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "task_id": t,
-                "attempts": int(self.attempts[i]),
-                "passes": int(self.passes[i]),
-                "pass_rate": round(self.pass_rate(t), 4),
-                "difficulty": self.difficulty(t),
-            }
-            for i, t in enumerate(self.ids)
-        ]
-
 
 def keep_group(rewards: list[float]) -> bool:
     """Dynamic sampling: keep a group only if its rewards are not all equal."""

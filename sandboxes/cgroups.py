@@ -7,7 +7,7 @@ ownership are then per sandbox) and the name of its cgroups. The cgroups of
 a slot are reused from one sandbox to the next (creating them costs more
 than a sandbox start); whoever takes a slot first kills whatever a dead
 predecessor left in them, so a crashed worker leaves no process behind once
-its successor starts. `sweep()` removes the cgroups of free slots.
+its successor starts.
 
 cgroup v1 (memory, pids, cpuacct, freezer controllers under `sarl/<slot>`)
 and v2 (a `sarl-<slot>` child of this process's cgroup, where its
@@ -203,30 +203,3 @@ def _zombie(pid: int) -> bool:
     except OSError:
         return True  # gone
     return stat[stat.rindex(")") + 2] == "Z"
-
-
-def sweep() -> list[int]:
-    """Remove the cgroups of every slot that no live process holds; return those slots."""
-    freed: list[int] = []
-    if not SLOT_DIR.is_dir():
-        return freed
-    held = []
-    try:
-        for lock in sorted(SLOT_DIR.glob("slot-*.lock")):
-            f = open(lock, "ab")  # noqa: SIM115
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
-                continue
-            held.append(f)
-            n = int(lock.stem.split("-")[1])
-            for kind_dirs in ({ctl: V1 / ctl / "sarl" / f"sb{n}" for ctl in ("memory", "pids", "cpuacct", "freezer")},):
-                cg = Cgroups("v1", kind_dirs)
-                if any(d.exists() for d in kind_dirs.values()):
-                    cg.destroy()
-                    freed.append(n)
-    finally:
-        for f in held:
-            f.close()
-    return freed
