@@ -38,7 +38,11 @@ from rl.config import Config, RoleConfig, SlurmExecutor
 from rl.role import Role
 from rl.rundir import RunDir
 
-ROLE_CLASSES = {"smoke": "jobs.smoke:Smoke", "validation": "jobs.validate:Validate"}
+ROLE_CLASSES = {
+    "smoke": "jobs.smoke:Smoke",
+    "validation": "jobs.validate:Validate",
+    "generator": "jobs.generator:Generator",
+}
 
 LIVE_STATES = {
     "PENDING",

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import JsonDict
 
+from rl.engine.config import EngineConfig, ModelConfig, VLLMEngineConfig
 from rl.verify_config import VerifyConfig
 from sandboxes.config import SandboxConfig
 
@@ -31,6 +32,7 @@ __all__ = [
     "JobResources",
     "LocalExecutor",
     "SlurmExecutor",
+    "GeneratorRole",
     "SmokeRole",
     "ValidateRole",
     "config_diff",
@@ -150,7 +152,34 @@ class ValidateRole(RoleConfig):
     """Runs of each reference; results must agree (else flaky)."""
 
 
-ROLE_TYPES: dict[str, type[RoleConfig]] = {"smoke": SmokeRole, "validation": ValidateRole}
+class GeneratorRole(RoleConfig):
+    """Generators: each task serves the policy over HTTP (token ids in and
+    out), announces itself in `endpoints/`, and loads every new weight
+    version from the store without restarting."""
+
+    tasks: int = Field(1, ge=1, le=10_000)
+    """Number of generators."""
+    engine: EngineConfig = Field(default_factory=VLLMEngineConfig)
+    """Inference backend: `vllm` or `hf`, with its settings."""
+    bind: str = "0.0.0.0"
+    """Address the HTTP service listens on."""
+    port: int = Field(0, ge=0, le=65535)
+    """0: any free port; else task N listens on `port + N`."""
+    poll_s: float = Field(2.0, gt=0, json_schema_extra=SAFE)
+    """Seconds between looks for a new weight version (and announcements)."""
+    max_queue: int = Field(256, ge=1, json_schema_extra=SAFE)
+    """Requests queued at most; beyond it the service answers 503 (back-pressure)."""
+    max_batch: int = Field(64, ge=1, json_schema_extra=SAFE)
+    """Completions generated in one engine batch at most."""
+    serve_s: float | None = Field(None, gt=0, json_schema_extra=SAFE)
+    """Stop serving after this many seconds (none: until cancelled)."""
+
+
+ROLE_TYPES: dict[str, type[RoleConfig]] = {
+    "smoke": SmokeRole,
+    "validation": ValidateRole,
+    "generator": GeneratorRole,
+}
 
 
 # ---------------------------------------------------------------------- run
@@ -183,6 +212,10 @@ class Config(_Model):
     """The smoke role (plumbing check); absent: not run."""
     validation: ValidateRole | None = None
     """Task validation as a job array; absent: not run."""
+    model: ModelConfig = ModelConfig()
+    """The base policy: checkpoint folder or built-in model, and dtype."""
+    generator: GeneratorRole | None = None
+    """Generators serving the policy; absent: not run."""
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:

