@@ -6,7 +6,8 @@ seconds. The client:
 
 * discovers live generators from those files (older than `stale_s`: gone);
 * sends each request to the generator with the fewest requests in flight
-  from this client, then the shortest announced queue;
+  from this client, then the fewest sent by it (round robin), then the
+  shortest announced queue;
 * retries elsewhere when a generator refuses the connection, times out or
   fails, and leaves that generator out for `dead_s`;
 * backs off when a generator answers 503 (its queue is full);
@@ -102,6 +103,7 @@ class GeneratorClient:
         self.slots = threading.BoundedSemaphore(max_inflight)
         self.lock = threading.Lock()
         self.inflight: dict[str, int] = defaultdict(int)
+        self.sent: dict[str, int] = defaultdict(int)
         self.dead_until: dict[str, float] = {}
         self.failures: dict[str, int] = defaultdict(int)
         """Connection failures and timeouts seen, per endpoint."""
@@ -114,7 +116,9 @@ class GeneratorClient:
 
     def _pick(self, eps: list[Endpoint]) -> Endpoint:
         with self.lock:
-            return min(eps, key=lambda e: (self.inflight[e.key], e.queued, random.random()))
+            ep = min(eps, key=lambda e: (self.inflight[e.key], self.sent[e.key], e.queued, random.random()))
+            self.sent[ep.key] += 1
+            return ep
 
     def generate(self, prompts: list[list[int]], sampling: SamplingParams | dict[str, Any]) -> Response:
         """Sample completions for `prompts` on some live generator."""

@@ -1,0 +1,361 @@
+"""Generation: the built-in model, the HF and vLLM engines, the generator
+service (swaps, back-pressure, bad requests), the client, and the generator
+role through the local executor and the real local Slurm."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import REPO, sarl, task_state, wait_for, write_config
+
+from rl.engine import BadRequest
+from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams
+from rl.genclient import GeneratorClient, read_endpoints
+from rl.generator import GeneratorServer
+from rl.model import chat_ids, checkpoint, load_tokenizer
+from rl.store.weights import WeightStore
+
+pytestmark = [pytest.mark.slow]
+
+GREEDY = SamplingParams(temperature=0, max_tokens=12)
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache holding the built-in model, converted once for the session."""
+    cache = tmp_path_factory.mktemp("sarl-cache")
+    checkpoint(ModelConfig(dtype="float32", cache_dir=cache))
+    return cache
+
+
+@pytest.fixture(scope="session")
+def model(model_cache: Path) -> ModelConfig:
+    return ModelConfig(dtype="float32", cache_dir=model_cache)
+
+
+@pytest.fixture(scope="session")
+def tok(model: ModelConfig) -> Any:
+    return load_tokenizer(checkpoint(model))
+
+
+@pytest.fixture(scope="session")
+def hf(model: ModelConfig) -> Any:
+    from rl.engine import make_engine
+
+    return make_engine(HFEngineConfig(max_model_len=512), model)
+
+
+def prompt(tok: Any, text: str) -> list[int]:
+    return chat_ids(tok, [{"role": "user", "content": text}])
+
+
+def perturbed(model: ModelConfig, layer: int = 3, scale: float = 1.3) -> dict[str, Any]:
+    """The base weights with one layer scaled: a policy that answers differently."""
+    from safetensors.torch import load_file
+
+    sd = load_file(str(checkpoint(model) / "model.safetensors"))
+    return {k: (v * scale if f"layers.{layer}." in k else v) for k, v in sd.items()}
+
+
+def base(model: ModelConfig) -> dict[str, Any]:
+    return perturbed(model, scale=1.0)
+
+
+# ------------------------------------------------------------------- model
+
+
+def test_builtin_model_is_converted_once_into_a_checkpoint(model: ModelConfig, tok: Any) -> None:
+    folder = checkpoint(model)
+    assert (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
+    assert json.loads((folder / "config.json").read_text())["architectures"] == ["LlamaForCausalLM"]
+    t = time.monotonic()
+    assert checkpoint(model) == folder  # cached: no second conversion
+    assert time.monotonic() - t < 0.5
+    assert not [p for p in folder.parent.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock")]
+    ids = prompt(tok, "Say hi.")
+    text = tok.decode(ids)
+    assert "Say hi." in text and text.endswith("<|im_start|>assistant\n")  # the generation prompt, applied once
+    assert tok.decode(chat_ids(tok, [{"role": "user", "content": "Say hi."}], add_generation_prompt=False)) in text
+
+
+def test_bad_model_and_engine_config_are_refused_before_submit(workdir: Path) -> None:
+    for body, key in [
+        ('[model]\npath = "/nonexistent/model"\n[generator]\n', "model.path"),
+        ('[generator.engine]\nbackend = "tgi"\n', "generator.engine"),
+        ("[generator]\nport = 70000\n", "generator.port"),
+    ]:
+        cfg = write_config(workdir, f'[run]\nname = "g"\nroot = "runs"\n[executor]\ntype = "local"\n{body}')
+        proc = sarl("submit", str(cfg), cwd=workdir, check=False)
+        assert proc.returncode == 2, proc.stderr
+        assert key in proc.stderr
+        assert not (workdir / "runs" / "g").exists()
+
+
+# ------------------------------------------------------------------ engines
+
+
+def test_hf_engine_returns_sampled_tokens_with_their_logprobs(hf: Any, tok: Any) -> None:
+    import torch
+
+    p = prompt(tok, "What is 2+3?")
+    [[c]] = hf.generate([p], SamplingParams(temperature=0, max_tokens=30))
+    assert c.finish_reason == "stop" and c.token_ids[-1] in hf.eos  # ended on end of turn, which is kept
+    assert len(c.logprobs) == len(c.token_ids) and all(lp <= 0 for lp in c.logprobs)
+    # The log-probs are the model's, for exactly these tokens: recompute them by teacher forcing.
+    with torch.no_grad():
+        logits = hf.model(torch.tensor([p + c.token_ids])).logits[0, len(p) - 1 : -1].float()
+    again = torch.log_softmax(logits, -1).gather(-1, torch.tensor(c.token_ids)[:, None])[:, 0]
+    assert torch.allclose(again, torch.tensor(c.logprobs), atol=1e-4)
+
+    [[short]] = hf.generate([p], SamplingParams(temperature=0, max_tokens=3))
+    assert short.finish_reason == "length" and short.token_ids == c.token_ids[:3]
+
+    code = prompt(tok, "Write a Python function that adds two numbers.")
+    [[stopped]] = hf.generate([code], SamplingParams(temperature=0, max_tokens=40, stop=["\n"]))
+    text = tok.decode(stopped.token_ids)
+    assert stopped.finish_reason == "stop" and text.endswith("\n") and text.count("\n") == 1
+
+
+def test_hf_engine_seeds_and_n_samples(hf: Any, tok: Any) -> None:
+    p = prompt(tok, "Tell me a story.")
+    params = SamplingParams(temperature=1.0, max_tokens=16, seed=7, n=3)
+    [a] = hf.generate([p], params)
+    [b] = hf.generate([p], params)
+    assert len(a) == 3
+    assert [c.token_ids for c in a] == [c.token_ids for c in b]
+    [c] = hf.generate([p], params.model_copy(update={"seed": 8}))
+    assert [x.token_ids for x in c] != [x.token_ids for x in a]
+
+
+def test_vllm_and_hf_agree_on_greedy_tokens_and_logprobs(model_cache: Path) -> None:
+    """Same fp32 weights, same prompts, greedy: the two backends must sample
+    the same tokens, and their log-probs may differ by at most 1e-3 (kernels
+    differ; 2e-5 was measured)."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "gen_consistency.py"), str(model_cache)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO,
+    )
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    out = json.loads(lines[0][len("RESULT ") :])
+    assert len(out["hf"]) == len(out["vllm"]) == 4
+    for h, v in zip(out["hf"], out["vllm"], strict=True):
+        assert h["token_ids"] == v["token_ids"]
+        assert h["finish_reason"] == v["finish_reason"]
+        assert max(abs(a - b) for a, b in zip(h["logprobs"], v["logprobs"], strict=True)) <= 1e-3
+
+
+# ------------------------------------------------------------------ service
+
+
+def _post(port: int, body: bytes | dict[str, Any], path: str = "/generate") -> tuple[int, dict[str, Any]]:
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_server_swaps_weights_between_batches_and_tags_each_response(
+    hf: Any, tok: Any, model: ModelConfig, tmp_path: Path
+) -> None:
+    store = str(tmp_path / "store.zarr")
+    ws = WeightStore(store)
+    ws.publish(base(model), version=0, dtype="float32")
+    ws.publish(perturbed(model), version=1, dtype="float32")
+    p = prompt(tok, "What is 2+3?")
+    ref = {}
+    for v in (1, 0):
+        hf.load_version(store, v)
+        ref[v] = hf.generate([p], GREEDY)[0][0].token_ids
+    assert ref[0] != ref[1]
+
+    server = GeneratorServer(hf, bind="127.0.0.1").start()
+    seen: list[tuple[int, list[int]]] = []
+    errors: list[Any] = []
+    stop = threading.Event()
+
+    def hammer() -> None:
+        while not stop.is_set():
+            code, reply = _post(server.port, {"prompts": [p], "sampling": GREEDY.model_dump()})
+            if code != 200:
+                errors.append(reply)
+                return
+            seen.append((reply["version"], reply["outputs"][0][0]["token_ids"]))
+
+    threads = [threading.Thread(target=hammer) for _ in range(3)]
+    try:
+        for t in threads:
+            t.start()
+        for k in range(6):
+            time.sleep(0.3)
+            server.swap(store, (k + 1) % 2)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        server.stop()
+    assert not errors
+    assert {v for v, _ in seen} == {0, 1}
+    wrong = [(v, toks) for v, toks in seen if toks != ref[v]]
+    assert not wrong, f"{len(wrong)} of {len(seen)} responses were not produced by the version they name"
+
+
+def test_server_back_pressure_and_bad_requests(hf: Any, tok: Any, tmp_path: Path) -> None:
+    p = prompt(tok, "Count to five.")
+    server = GeneratorServer(hf, bind="127.0.0.1", max_queue=1).start()
+    try:
+        codes: list[int] = []
+        body = {"prompts": [p], "sampling": {"temperature": 0, "max_tokens": 24}}
+        threads = [threading.Thread(target=lambda: codes.append(_post(server.port, body)[0])) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert 503 in codes and 200 in codes and set(codes) == {200, 503}
+
+        bad: list[tuple[bytes | dict[str, Any], int, str]] = [
+            (b"{not json", 400, "not JSON"),
+            ({"prompts": [p], "temp": 0}, 400, "unknown field(s) ['temp']"),
+            ({"prompts": [p], "sampling": {"top_p": 1.5}}, 400, "sampling.top_p"),
+            ({"prompts": [p], "sampling": {"max_tokens": "many"}}, 400, "sampling.max_tokens"),
+            ({"prompts": [[1, 2, 10**9]]}, 400, "prompts[0][2]"),
+            ({"prompts": [[]]}, 400, "prompts[0]"),
+            ({"prompts": "hello"}, 400, "prompts"),
+            ({"prompts": [p * 40], "sampling": {"max_tokens": 16}}, 400, "exceeds max_model_len 512"),
+        ]
+        for req, code, words in bad:
+            got, reply = _post(server.port, req)
+            assert got == code and words in reply["error"], (req, got, reply)
+        assert _post(server.port, {}, path="/v1/completions")[0] == 404
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health") as r:
+            health = json.loads(r.read())
+        assert health["backend"] == "hf" and health["queued"] == 0 and health["served"] >= codes.count(200)
+    finally:
+        server.stop()
+
+
+def test_client_raises_bad_request_without_retrying(hf: Any, tmp_path: Path) -> None:
+    server = GeneratorServer(hf, bind="127.0.0.1").start()
+    try:
+        (tmp_path / "endpoints").mkdir()
+        announce = {"task": 0, "addr": "127.0.0.1", "port": server.port, "version": 0, "queued": 0}
+        (tmp_path / "endpoints" / "generator-000000.json").write_text(json.dumps({**announce, "at": time.time()}))
+        client = GeneratorClient(tmp_path)
+        with pytest.raises(BadRequest, match=r"prompts\[0\]\[0\]"):
+            client.generate([[-5]], {"max_tokens": 4})
+        assert server.health()["served"] == 0
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------- roles
+
+
+def _generator_config(cache: Path, backend: str, tasks: int, executor: str, extra: str = "") -> str:
+    return f"""
+[run]
+name = "g"
+root = "runs"
+
+[executor]
+type = "{executor}"
+
+[model]
+dtype = "float32"
+cache_dir = "{cache}"
+
+[generator]
+tasks = {tasks}
+poll_s = 0.5
+
+[generator.engine]
+backend = "{backend}"
+max_model_len = 1024
+{extra}
+"""
+
+
+def _wait_endpoints(run_dir: Path, n: int, timeout: float, version: int | None = None) -> list[Any]:
+    def ready() -> list[Any] | None:
+        eps = read_endpoints(run_dir, stale_s=10)
+        ok = len(eps) == n and (version is None or all(e.version == version for e in eps))
+        return eps if ok else None
+
+    return wait_for(ready, timeout, f"{n} generator(s) announcing version {version}")
+
+
+def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
+    workdir: Path, model_cache: Path, model: ModelConfig, tok: Any
+) -> None:
+    cfg = write_config(workdir, _generator_config(model_cache, "hf", 2, "local"))
+    sarl("submit", str(cfg), cwd=workdir)
+    run_dir = workdir / "runs" / "g"
+    try:
+        eps = _wait_endpoints(run_dir, 2, 120)
+        client = GeneratorClient(run_dir, timeout_s=60)
+        p = prompt(tok, "What is 2+3?")
+        before = client.generate([p], GREEDY)
+        assert before.version == 0
+
+        WeightStore(run_dir / "store.zarr").publish(perturbed(model), version=1, dtype="float32")
+        _wait_endpoints(run_dir, 2, 60, version=1)
+        after = client.generate([p], GREEDY)
+        assert after.version == 1
+        assert after.outputs[0][0].token_ids != before.outputs[0][0].token_ids
+        assert [s["version"] for s in task_state(run_dir, 0, "generator")["swaps"]] == [1]
+
+        victim = next(e for e in eps if e.task == 0)
+        pid = json.loads((run_dir / "endpoints" / "generator-000000.json").read_text())["pid"]
+        os.kill(pid, signal.SIGKILL)
+        fresh = GeneratorClient(run_dir, timeout_s=60)
+        assert len(fresh.endpoints()) == 2  # its announcement is still fresh: only trying tells it is dead
+        served_by = [fresh.generate([p], GREEDY).endpoint.task for _ in range(4)]
+        assert served_by == [1, 1, 1, 1]
+        assert fresh.failures[victim.key] == 1  # tried once, then left out
+    finally:
+        sarl("cancel", str(run_dir), cwd=workdir, check=False)
+
+
+@pytest.mark.slurm
+def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
+    workdir: Path, slurm: None, model_cache: Path, model: ModelConfig, tok: Any
+) -> None:
+    job = "[generator.job]\ncpus_per_task = 2\nmem_gb = 6\n"
+    engine = "kv_cache_gb = 0.5\n"
+    cfg = write_config(workdir, _generator_config(model_cache, "vllm", 1, "slurm", engine + job))
+    out = sarl("submit", str(cfg), cwd=workdir)
+    assert out.stdout.startswith("Submitted generator job ")
+    run_dir = workdir / "runs" / "g"
+    try:
+        [ep] = _wait_endpoints(run_dir, 1, 300)
+        assert ep.version == 0
+        client = GeneratorClient(run_dir, timeout_s=120)
+        p = prompt(tok, "What is 2+3?")
+        before = client.generate([p, p], GREEDY)
+        assert before.version == 0 and before.outputs[0][0].token_ids == before.outputs[1][0].token_ids
+        WeightStore(run_dir / "store.zarr").publish(perturbed(model), version=1, dtype="float32")
+        _wait_endpoints(run_dir, 1, 120, version=1)
+        after = client.generate([p], GREEDY)
+        assert after.version == 1
+        assert after.outputs[0][0].token_ids != before.outputs[0][0].token_ids
+        st = json.loads(sarl("status", str(run_dir), "--json", cwd=workdir).stdout)
+        assert "serving version 1" in json.dumps(st)
+    finally:
+        sarl("cancel", str(run_dir), cwd=workdir, check=False)
