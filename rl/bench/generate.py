@@ -1,0 +1,143 @@
+"""`sarl bench generate`: the vLLM backend against the HF backend, same
+weights, dtype, prompts and sampling, in one process and one run.
+
+* tokens per second at batch 1 and batch 8 (chat prompts, greedy, every row
+  made to run `max_tokens` with `ignore_eos`), each after a warm-up batch,
+  median of the repetitions;
+* reload: loading a new weight version from the store into the live vLLM
+  engine (mapped, every checksum verified, pushed into the worker's model,
+  prefix cache dropped), against loading the same weights from a safetensors
+  checkpoint folder on the same disk into the same live engine, with vLLM's
+  own `reload_weights(weights_path=...)`. A second baseline reads the
+  safetensors file into private torch tensors (a copy of every byte; no engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+QUESTIONS = [
+    "Write a Python function that reverses a string.",
+    "Explain what a hash map is.",
+    "Write a function to check whether a number is prime.",
+    "What is the capital of France?",
+    "Write a haiku about compilers.",
+    "How do I read a file line by line in Python?",
+    "Sort a list of dictionaries by a key.",
+    "What does the `yield` keyword do?",
+]
+
+
+def _tok_s(engine: Any, prompts: list[list[int]], params: Any, reps: int) -> float:
+    engine.generate(prompts, params)  # warm-up
+    rates = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = engine.generate(prompts, params)
+        dt = time.perf_counter() - t0
+        rates.append(sum(len(c.token_ids) for row in out for c in row) / dt)
+    return statistics.median(rates)
+
+
+def bench_generate(args: argparse.Namespace) -> int:
+    import torch
+    from safetensors.torch import load_file, save_file
+    from tqdm import tqdm
+
+    from rl.engine import make_engine
+    from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams, VLLMEngineConfig
+    from rl.model import chat_ids, checkpoint, load_tokenizer
+    from rl.store.weights import WeightStore
+
+    reps = 1 if args.quick else 3
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the figures
+    model = ModelConfig(dtype=args.dtype)
+    bar = tqdm(total=6, desc="bench generate", file=sys.stderr)
+    ckpt = checkpoint(model)
+    tok = load_tokenizer(ckpt)
+    prompts = [chat_ids(tok, [{"role": "user", "content": q}]) for q in QUESTIONS]
+    params = SamplingParams(temperature=0, max_tokens=32 if args.quick else 64, ignore_eos=True)
+    r: dict[str, Any] = {"dtype": args.dtype, "max_tokens": params.max_tokens, "repetitions": reps}
+
+    t0 = time.perf_counter()
+    hf = make_engine(HFEngineConfig(), model)
+    r["hf_start_s"] = time.perf_counter() - t0
+    r["hf_tok_s_b1"] = _tok_s(hf, prompts[:1], params, reps)
+    bar.update()
+    r["hf_tok_s_b8"] = _tok_s(hf, prompts, params, reps)
+    bar.update()
+    hf.close()
+    del hf
+
+    t0 = time.perf_counter()
+    vllm = make_engine(VLLMEngineConfig(max_model_len=1024), model)
+    r["vllm_start_s"] = time.perf_counter() - t0
+    bar.update()
+    r["vllm_tok_s_b1"] = _tok_s(vllm, prompts[:1], params, reps)
+    bar.update()
+    r["vllm_tok_s_b8"] = _tok_s(vllm, prompts, params, reps)
+    bar.update()
+
+    with tempfile.TemporaryDirectory(prefix="sarl-bench-generate-", dir=args.dir) as tmp:
+        weights = load_file(str(ckpt / "model.safetensors"))
+        store = Path(tmp) / "store.zarr"
+        ws = WeightStore(store)
+        ws.publish(weights, version=1, dtype=args.dtype)
+        ws.publish({k: v * 1.01 for k, v in weights.items()}, version=2, dtype=args.dtype)
+        ref = Path(tmp) / "safetensors"
+        ref.mkdir()
+        save_file(
+            {k: v.to(getattr(torch, args.dtype)).contiguous() for k, v in weights.items()},
+            str(ref / "model.safetensors"),
+        )
+        reload, st, st_torch = [], [], []
+        for k in range(reps + 1):  # the first round warms the page cache and the code paths
+            t0 = time.perf_counter()
+            vllm.load_version(store, 1 + k % 2)
+            t1 = time.perf_counter()
+            vllm.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(ref)})
+            vllm.llm.reset_prefix_cache()
+            t2 = time.perf_counter()
+            copied = {k: v.clone() for k, v in load_file(str(ref / "model.safetensors")).items()}
+            t3 = time.perf_counter()
+            if k:
+                reload.append(t1 - t0)
+                st.append(t2 - t1)
+                st_torch.append(t3 - t2)
+            del copied
+        r["weights_mb"] = round((ref / "model.safetensors").stat().st_size / 1e6, 1)
+    vllm.close()
+    bar.update()
+    bar.close()
+    r["reload_s"] = statistics.median(reload)
+    r["safetensors_load_s"] = statistics.median(st)
+    r["safetensors_to_torch_s"] = statistics.median(st_torch)
+    r["speedup_b1"] = r["vllm_tok_s_b1"] / r["hf_tok_s_b1"]
+    r["speedup_b8"] = r["vllm_tok_s_b8"] / r["hf_tok_s_b8"]
+    r["reload_ratio"] = r["reload_s"] / r["safetensors_load_s"]
+    r = {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
+    if args.json:
+        print(json.dumps(r))
+        return 0
+    print(f"generate: SmolLM2-135M-Instruct, {args.dtype}, {params.max_tokens} tokens per row, median of {reps}")
+    print(f"  batch 1   vllm {r['vllm_tok_s_b1']:8.1f} tok/s   hf {r['hf_tok_s_b1']:8.1f} tok/s   {r['speedup_b1']}x")
+    print(
+        f"  batch 8   vllm {r['vllm_tok_s_b8']:8.1f} tok/s   hf {r['hf_tok_s_b8']:8.1f} tok/s   "
+        f"{r['speedup_b8']}x (target >= 1.5)"
+    )
+    print(
+        f"  reload {r['weights_mb']} MB into the live engine {r['reload_s']:.3f} s   "
+        f"from safetensors {r['safetensors_load_s']:.3f} s   {r['reload_ratio']}x (target <= 2)"
+    )
+    print(f"  (safetensors file copied into torch tensors, no engine: {r['safetensors_to_torch_s']:.3f} s)")
+    print(f"  engine start: vllm {r['vllm_start_s']:.1f} s, hf {r['hf_start_s']:.1f} s")
+    return 0
