@@ -62,7 +62,7 @@ class VLLMEngineConfig(_Model):
     cpu_reserved_cores: int = Field(0, ge=0)
     """CPU backend only: cores left free of compute threads for vLLM's
     scheduler process (`VLLM_CPU_NUM_OF_RESERVED_CPU`). vLLM's default of 1
-    halves the compute of a 2-core task; 0 measured 1.25x faster at batch 8 on
+    halves the compute of a 2-core task; 0 measured 1.27x faster at batch 8 on
     2 cores. Raise it on many-core nodes."""
 
 
