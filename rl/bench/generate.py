@@ -54,6 +54,7 @@ def bench_generate(args: argparse.Namespace) -> int:
 
     from rl.engine import make_engine
     from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams, VLLMEngineConfig
+    from rl.engine.vllm import VLLMEngine
     from rl.model import chat_ids, checkpoint, load_tokenizer
     from rl.store.weights import WeightStore
 
@@ -80,6 +81,7 @@ def bench_generate(args: argparse.Namespace) -> int:
 
     t0 = time.perf_counter()
     vllm = make_engine(VLLMEngineConfig(max_model_len=1024), model)
+    assert isinstance(vllm, VLLMEngine)
     r["vllm_start_s"] = time.perf_counter() - t0
     bar.update()
     r["vllm_tok_s_b1"] = _tok_s(vllm, prompts[:1], params, reps)
@@ -104,8 +106,7 @@ def bench_generate(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
             vllm.load_version(store, 1 + k % 2)
             t1 = time.perf_counter()
-            vllm.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(ref)})
-            vllm.llm.reset_prefix_cache()
+            vllm.load_checkpoint(ref)
             t2 = time.perf_counter()
             copied = {k: v.clone() for k, v in load_file(str(ref / "model.safetensors")).items()}
             t3 = time.perf_counter()

@@ -65,6 +65,13 @@ class VLLMEngine(Engine):
             self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self.version = version
 
+    def load_checkpoint(self, folder: str | os.PathLike[str]) -> None:
+        """Replace the weights with a safetensors checkpoint folder's, through
+        vLLM's own reload (what `sarl bench generate` compares against)."""
+        with self.lock:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_path": str(folder)})
+            self.llm.reset_prefix_cache()
+
     def close(self) -> None:
         shutdown = getattr(self.llm.llm_engine, "shutdown", None) or getattr(
             self.llm.llm_engine.engine_core, "shutdown", None
