@@ -197,18 +197,24 @@ class Verifier:
             "prompt": task.prompt,
             "constants": constants,
         }
-        code = f"PARAMS = {json.dumps(params)!r}\nimport json as _j\nPARAMS = _j.loads(PARAMS)\n" + RUNNER
         limits = Limits(wall_s=task.limits.wall_s, memory_mb=task.limits.memory_mb, cpu_s=task.limits.wall_s)
+        files: dict[str, bytes | str] = {f"/sandbox/{path}": content for path, content in task.files.items()}
+        files["/sandbox/solution.py"] = solution
         sb = self.pool.take()
-        try:
-            for path, content in task.files.items():
-                sb.write_file(f"/sandbox/{path}", content)
-            sb.write_file("/sandbox/solution.py", solution)
-            r = sb.run_snippet(code, limits=limits, stream=task.tests.encode())
+        try:  # files, run and reset in one round trip to the sandbox
+            r = sb.run_snippet(
+                RUNNER,  # the same code every time: compiled once by the agent
+                limits=limits,
+                stream=task.tests.encode(),
+                files=files,
+                reset_after=True,
+                globals={"PARAMS": params},
+                cache=True,
+            )
         except SandboxError as e:
             sb.close()
             return {"error": f"sandbox failed: {e}"}
-        self.pool.give(sb)
+        self.pool.give(sb, clean=True)
         out = r.stdout.decode(errors="replace")
         marker = out.rfind("@@SARL-VERIFY@@")
         if r.limit or marker < 0:

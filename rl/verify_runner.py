@@ -369,7 +369,7 @@ if __name__ == "__main__":
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # non-dumpable: the child cannot reach our fds or memory
     except Exception:
         pass
-    params = globals()["PARAMS"]  # prepended to this source by the verifier: no tests in it
+    params = globals()["PARAMS"]  # a global set by the verifier: no tests in it
     os.chdir("/sandbox")
     spares = [fork_child(params["entry_point"])]  # before the tests exist here
     params["tests"] = sys.stdin.buffer.read().decode()  # streamed by the agent after our fork

@@ -33,6 +33,7 @@ import struct
 import sys
 import time
 import traceback
+import types
 
 CG = "/run/sarl/cg"  # read-only binds of this sandbox's cgroup counters
 WORK = "/sandbox"  # the private writable work dir (tmpfs); /tmp is the other one
@@ -302,7 +303,9 @@ def _run(header, payload, code=None):
             sys.stdout = open(1, "w", buffering=1)  # noqa: SIM115
             sys.stderr = open(2, "w", buffering=1)  # noqa: SIM115
             try:
-                exec(compile(code, "<snippet>", "exec"), {"__name__": "__main__"})
+                if not isinstance(code, types.CodeType):
+                    code = compile(code, "<snippet>", "exec")
+                exec(code, dict(header.get("globals", {}), __name__="__main__"))
                 rc = 0
             except SystemExit as e:
                 rc = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
@@ -367,6 +370,32 @@ def _run(header, payload, code=None):
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
+_CODE = {}  # type: dict[str, types.CodeType]
+
+
+def _compiled(text):
+    """Code the host runs again and again (the verifier's runner), compiled
+    once here rather than in every forked child. Source that does not compile
+    stays source: the child then reports the error as before."""
+    code = _CODE.get(text)
+    if code is None:
+        try:
+            code = compile(text, "<snippet>", "exec")
+        except (SyntaxError, ValueError):
+            return text
+        if len(_CODE) < 32:
+            _CODE[text] = code
+    return code
+
+
+def _write(path, data, mode):
+    path = _safe_path(path)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    os.chmod(path, mode)
+
+
 def _wipe(root):
     for name in os.listdir(root):
         path = os.path.join(root, name)
@@ -421,13 +450,21 @@ def serve():
             if op == "exec":
                 reply, data = _run(header, payload)
             elif op == "snippet":
-                reply, data = _run(header, b"", code=payload.decode())
+                # files to write first, then the code; and, when asked, a reset
+                # after it: an episode's setup, run and cleanup in one message
+                off = 0
+                for path, n, mode in header.get("files", ()):
+                    _write(path, payload[off : off + n], mode)
+                    off += n
+                code = payload[off:].decode()
+                if header.get("cache"):
+                    code = _compiled(code)
+                reply, data = _run(header, b"", code=code)
+                if header.get("reset_after"):
+                    for root in (WORK, "/tmp"):
+                        _wipe(root)
             elif op == "write":
-                path = _safe_path(header["path"])
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                with open(path, "wb") as f:
-                    f.write(payload)
-                os.chmod(path, header.get("mode", 0o644))
+                _write(header["path"], payload, header.get("mode", 0o644))
                 reply, data = {"ok": True}, b""
             elif op == "read":
                 with open(header["path"], "rb") as f:

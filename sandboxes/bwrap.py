@@ -356,14 +356,36 @@ class BwrapSandbox:
         )
         return self._result(reply, data)
 
-    def run_snippet(self, code: str, limits: Limits | None = None, stream: bytes = b"") -> ExecResult:
+    def run_snippet(
+        self,
+        code: str,
+        limits: Limits | None = None,
+        stream: bytes = b"",
+        files: dict[str, bytes | str] | None = None,
+        reset_after: bool = False,
+        globals: dict[str, Any] | None = None,
+        cache: bool = False,
+    ) -> ExecResult:
         """Run Python code in a forked child of the resident interpreter
         (milliseconds). `stream` reaches the snippet's stdin only after the fork:
-        it is never in the memory the snippet, or anything it forks, starts from."""
+        it is never in the memory the snippet, or anything it forks, starts from.
+        `files` (path: content) are written first, and `reset_after` resets the
+        sandbox after the run: setup, run and cleanup in one round trip.
+        `globals` (JSON values) are the snippet's initial globals; `cache`
+        keeps the compiled code in the agent for the next run of the same code."""
         header: dict[str, Any] = {"op": "snippet", "limits": self._limits(limits)}
         if stream:
             header["stream"] = len(stream)
-        reply, data = self._call(header, code.encode(), stream)
+        blobs = [(p, d.encode() if isinstance(d, str) else d) for p, d in (files or {}).items()]
+        if blobs:
+            header["files"] = [[p, len(d), 0o644] for p, d in blobs]
+        if reset_after:
+            header["reset_after"] = True
+        if globals:
+            header["globals"] = globals
+        if cache:
+            header["cache"] = True
+        reply, data = self._call(header, b"".join(d for _, d in blobs) + code.encode(), stream)
         return self._result(reply, data)
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:

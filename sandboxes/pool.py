@@ -54,11 +54,14 @@ class WarmPool:
             return self.take(timeout)
         return sb
 
-    def give(self, sb: Any) -> None:
-        """Return a sandbox after an episode: reset and pooled, or closed."""
+    def give(self, sb: Any, clean: bool = False) -> None:
+        """Return a sandbox after an episode: reset (unless `clean`: it was
+        reset already, as by `run_snippet(reset_after=True)`) and pooled, or
+        closed."""
         try:
             if sb.alive and self.ready.qsize() < self.size:
-                sb.reset()
+                if not clean:
+                    sb.reset()
                 self.ready.put(sb)
                 return
         except SandboxError:
