@@ -6,6 +6,10 @@ it announces itself in `endpoints/generator-NNNNNN.json` (address, port,
 loaded version, queue) and looks for a newer version, which it loads into the
 live engine between batches. Restarted (requeue, resume), it starts over
 from the newest version: a generator has no state to lose.
+
+TensorBoard (`RUN/tb/generator-NNNNNN/`, step: seconds since the task
+started): the loaded version, queued requests, prompts served, tokens per
+second of wall time and of engine time, and how long each swap held requests.
 """
 
 from __future__ import annotations
@@ -32,6 +36,16 @@ def host_address() -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
+
+
+def _writer(folder: Any) -> Any:
+    """A TensorBoard writer, or None (with a warning) where tensorboard is not installed."""
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        log.warning("tensorboard is not installed: no curves for this generator")
+        return None
+    return SummaryWriter(str(folder))
 
 
 @contextlib.contextmanager
@@ -76,9 +90,24 @@ class Generator(Role):
         log.info("serving on %s:%d", addr, server.port)
         self.commit(version=engine.version, served=0, port=server.port, addr=addr)
         started = time.monotonic()
+        tb = _writer(rd.path / "tb" / f"generator-{self.task:06d}")
+        last = (started, 0, 0.0)
         try:
             while role_cfg.serve_s is None or time.monotonic() - started < role_cfg.serve_s:
                 health = server.health()
+                now = time.monotonic()
+                if tb is not None:
+                    step = int(now - started)
+                    tb.add_scalar("generator/version", engine.version, step)
+                    tb.add_scalar("generator/queued", health["queued"], step)
+                    tb.add_scalar("generator/prompts_served", health["served"], step)
+                    if now > last[0]:
+                        tb.add_scalar("generator/tokens_per_s", (health["tokens"] - last[1]) / (now - last[0]), step)
+                    if health["generate_s"] > last[2]:
+                        busy = health["generate_s"] - last[2]
+                        tb.add_scalar("generator/engine_tokens_per_s", (health["tokens"] - last[1]) / busy, step)
+                    tb.flush()
+                last = (now, health["tokens"], health["generate_s"])
                 write_json(
                     announce,
                     {
@@ -100,11 +129,15 @@ class Generator(Role):
                         held = server.swap(store, latest)
                     loaded = latest
                     log.info("loaded weight version %d (requests held %.2f s)", latest, held)
+                    if tb is not None:
+                        tb.add_scalar("generator/swap_held_s", held, int(time.monotonic() - started))
                     swap = {"version": latest, "held_s": round(held, 3), "at": time.time()}
                     swaps = [*self.state.get("swaps", []), swap]
                     self.commit(version=latest, served=health["served"], swaps=swaps[-20:])
                 time.sleep(role_cfg.poll_s)
         finally:
+            if tb is not None:
+                tb.close()
             announce.unlink(missing_ok=True)
             server.stop()
             engine.close()

@@ -76,6 +76,8 @@ class GeneratorServer:
         self.busy = False
         self.stopping = False
         self.served = 0
+        self.tokens = 0
+        self.generate_s = 0.0
         self.httpd = ThreadingHTTPServer((bind, port), _handler(self))
         self.httpd.daemon_threads = True
         self.port = int(self.httpd.server_address[1])
@@ -150,6 +152,8 @@ class GeneratorServer:
             with self.cond:
                 self.busy = False
                 self.served += sum(len(p.prompts) for p in batch if p.error is None)
+                self.tokens += sum(len(c.token_ids) for p in batch for row in p.outputs or () for c in row)
+                self.generate_s += finished - started
                 self.cond.notify_all()
             for p in batch:
                 p.version, p.started, p.finished = version, started, finished
@@ -179,6 +183,8 @@ class GeneratorServer:
                 "backend": self.engine.backend,
                 "queued": len(self.queue),
                 "served": self.served,
+                "tokens": self.tokens,
+                "generate_s": round(self.generate_s, 3),
                 "swapping": self.swapping,
             }
 

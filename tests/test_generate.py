@@ -292,6 +292,17 @@ max_model_len = 1024
 """
 
 
+def _tb_scalars(folder: Path, version: int) -> dict[str, list[float]] | None:
+    """The generator's TensorBoard scalars, once its curve shows `version`."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    acc = EventAccumulator(str(folder))
+    acc.Reload()
+    tags = acc.Tags().get("scalars", [])
+    out = {t: [e.value for e in acc.Scalars(t)] for t in tags}
+    return out if version in out.get("generator/version", []) else None
+
+
 def _wait_endpoints(run_dir: Path, n: int, timeout: float, version: int | None = None) -> list[Any]:
     def ready() -> list[Any] | None:
         eps = read_endpoints(run_dir, stale_s=10)
@@ -320,6 +331,10 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         assert after.version == 1
         assert after.outputs[0][0].token_ids != before.outputs[0][0].token_ids
         assert [s["version"] for s in task_state(run_dir, 0, "generator")["swaps"]] == [1]
+        curves = wait_for(lambda: _tb_scalars(run_dir / "tb" / "generator-000000", 1), 30, "curves of version 1")
+        assert max(curves["generator/prompts_served"]) >= 1
+        assert max(curves["generator/tokens_per_s"]) > 0 and max(curves["generator/engine_tokens_per_s"]) > 0
+        assert len(curves["generator/swap_held_s"]) == 1
 
         victim = next(e for e in eps if e.task == 0)
         pid = json.loads((run_dir / "endpoints" / "generator-000000.json").read_text())["pid"]
