@@ -26,6 +26,7 @@ from rl.config import Config, GeneratorRole, RoleConfig
 from rl.genclient import endpoint_path
 from rl.role import Role, current_job_id
 from rl.rundir import RunDir, write_json
+from rl.store import StoreError
 
 log = logging.getLogger("sarl.generator")
 
@@ -36,6 +37,22 @@ def host_address() -> str:
         return socket.gethostbyname(socket.gethostname())
     except OSError:
         return "127.0.0.1"
+
+
+def _curves(tb: Any, health: dict[str, Any], version: int, last: tuple[float, int, float], started: float) -> Any:
+    """Draw this poll's points; returns what the next poll measures from."""
+    now = time.monotonic()
+    step = int(now - started)
+    tb.add_scalar("generator/version", version, step)
+    tb.add_scalar("generator/queued", health["queued"], step)
+    tb.add_scalar("generator/prompts_served", health["served"], step)
+    tokens = health["tokens"] - last[1]
+    if now > last[0]:
+        tb.add_scalar("generator/tokens_per_s", tokens / (now - last[0]), step)
+    if health["generate_s"] > last[2]:
+        tb.add_scalar("generator/engine_tokens_per_s", tokens / (health["generate_s"] - last[2]), step)
+    tb.flush()
+    return now, health["tokens"], health["generate_s"]
 
 
 def _writer(folder: Any) -> Any:
@@ -92,22 +109,12 @@ class Generator(Role):
         started = time.monotonic()
         tb = _writer(rd.path / "tb" / f"generator-{self.task:06d}")
         last = (started, 0, 0.0)
+        refused: set[int] = set()
         try:
             while role_cfg.serve_s is None or time.monotonic() - started < role_cfg.serve_s:
                 health = server.health()
-                now = time.monotonic()
                 if tb is not None:
-                    step = int(now - started)
-                    tb.add_scalar("generator/version", engine.version, step)
-                    tb.add_scalar("generator/queued", health["queued"], step)
-                    tb.add_scalar("generator/prompts_served", health["served"], step)
-                    if now > last[0]:
-                        tb.add_scalar("generator/tokens_per_s", (health["tokens"] - last[1]) / (now - last[0]), step)
-                    if health["generate_s"] > last[2]:
-                        busy = health["generate_s"] - last[2]
-                        tb.add_scalar("generator/engine_tokens_per_s", (health["tokens"] - last[1]) / busy, step)
-                    tb.flush()
-                last = (now, health["tokens"], health["generate_s"])
+                    last = _curves(tb, health, engine.version, last, started)
                 write_json(
                     announce,
                     {
@@ -124,16 +131,22 @@ class Generator(Role):
                 self.state.update(served=health["served"])
                 self.beat(version=engine.version, port=server.port)
                 latest = weights.latest()
-                if latest is not None and (loaded is None or latest > loaded):
-                    with pinned(weights, holder, latest):
-                        held = server.swap(store, latest)
-                    loaded = latest
-                    log.info("loaded weight version %d (requests held %.2f s)", latest, held)
-                    if tb is not None:
-                        tb.add_scalar("generator/swap_held_s", held, int(time.monotonic() - started))
-                    swap = {"version": latest, "held_s": round(held, 3), "at": time.time()}
-                    swaps = [*self.state.get("swaps", []), swap]
-                    self.commit(version=latest, served=health["served"], swaps=swaps[-20:])
+                if latest is not None and (loaded is None or latest > loaded) and latest not in refused:
+                    try:
+                        with pinned(weights, holder, latest):
+                            held = server.swap(store, latest)
+                    except StoreError as e:  # raised before any weight changed: serve on with the old ones
+                        log.error("weight version %d refused, still serving %d: %s", latest, engine.version, e)
+                        refused.add(latest)
+                        self.commit(refused={**self.state.get("refused", {}), str(latest): str(e)})
+                    else:
+                        loaded = latest
+                        log.info("loaded weight version %d (requests held %.2f s)", latest, held)
+                        if tb is not None:
+                            tb.add_scalar("generator/swap_held_s", held, int(time.monotonic() - started))
+                        swap = {"version": latest, "held_s": round(held, 3), "at": time.time()}
+                        swaps = [*self.state.get("swaps", []), swap]
+                        self.commit(version=latest, served=health["served"], swaps=swaps[-20:])
                 time.sleep(role_cfg.poll_s)
         finally:
             if tb is not None:

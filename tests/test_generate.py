@@ -72,6 +72,17 @@ def base(model: ModelConfig) -> dict[str, Any]:
     return perturbed(model, scale=1.0)
 
 
+def corrupt(ws: WeightStore, version: int, name: str = "model.layers.3.mlp.up_proj.weight") -> None:
+    """Flip one bit of one tensor of a committed version, as a bad disk would."""
+    e = ws.manifest(version)["tensors"][name]
+    assert e["stored_in"] == version  # its bytes are this version's own, not shared with an older one
+    with open(ws.path(version) / "data" / "c.0", "r+b") as f:
+        f.seek(e["offset"] + 100)
+        b = f.read(1)
+        f.seek(e["offset"] + 100)
+        f.write(bytes([b[0] ^ 1]))
+
+
 # ------------------------------------------------------------------- model
 
 
@@ -217,6 +228,28 @@ def test_server_swaps_weights_between_batches_and_tags_each_response(
     assert not wrong, f"{len(wrong)} of {len(seen)} responses were not produced by the version they name"
 
 
+def test_a_corrupt_version_is_refused_and_the_engine_keeps_its_weights(
+    hf: Any, tok: Any, model: ModelConfig, tmp_path: Path
+) -> None:
+    from rl.store import CorruptData, StoreError
+
+    store = str(tmp_path / "store.zarr")
+    ws = WeightStore(store)
+    ws.publish(base(model), version=0, dtype="float32")
+    ws.publish(perturbed(model), version=1, dtype="float32")
+    corrupt(ws, 1)
+    p = prompt(tok, "What is 2+3?")
+    hf.load_version(store, 0)
+    before = hf.generate([p], GREEDY)[0][0].token_ids
+    with pytest.raises(CorruptData, match="up_proj.weight: checksum mismatch"):
+        hf.load_version(store, 1)
+    assert hf.version == 0 and hf.generate([p], GREEDY)[0][0].token_ids == before
+    ws.publish({"model.embed_tokens.weight": base(model)["model.embed_tokens.weight"][:10]}, version=2)
+    with pytest.raises(StoreError, match="does not fit the model"):
+        hf.load_version(store, 2)
+    assert hf.version == 0 and hf.generate([p], GREEDY)[0][0].token_ids == before
+
+
 def test_server_back_pressure_and_bad_requests(hf: Any, tok: Any, tmp_path: Path) -> None:
     p = prompt(tok, "Count to five.")
     server = GeneratorServer(hf, bind="127.0.0.1", max_queue=1).start()
@@ -331,10 +364,14 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         assert after.version == 1
         assert after.outputs[0][0].token_ids != before.outputs[0][0].token_ids
         assert [s["version"] for s in task_state(run_dir, 0, "generator")["swaps"]] == [1]
-        curves = wait_for(lambda: _tb_scalars(run_dir / "tb" / "generator-000000", 1), 30, "curves of version 1")
-        assert max(curves["generator/prompts_served"]) >= 1
-        assert max(curves["generator/tokens_per_s"]) > 0 and max(curves["generator/engine_tokens_per_s"]) > 0
-        assert len(curves["generator/swap_held_s"]) == 1
+        tb = run_dir / "tb"
+        both = [
+            wait_for(lambda t=t: _tb_scalars(tb / f"generator-{t:06d}", 1), 30, "curves of version 1") for t in (0, 1)
+        ]
+        assert sum(max(c["generator/prompts_served"]) for c in both) == 2  # before and after, wherever served
+        assert max(max(c.get("generator/tokens_per_s", [0])) for c in both) > 0
+        assert max(max(c.get("generator/engine_tokens_per_s", [0])) for c in both) > 0
+        assert [len(c["generator/swap_held_s"]) for c in both] == [1, 1]
 
         victim = next(e for e in eps if e.task == 0)
         pid = json.loads((run_dir / "endpoints" / "generator-000000.json").read_text())["pid"]
@@ -372,6 +409,16 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
         assert after.outputs[0][0].token_ids != before.outputs[0][0].token_ids
         st = json.loads(sarl("status", str(run_dir), "--json", cwd=workdir).stdout)
         assert "serving version 1" in json.dumps(st)
+
+        ws = WeightStore(run_dir / "store.zarr")  # a version corrupted on disk is refused; version 1 serves on
+        staging = WeightStore(run_dir / "staging")  # corrupted before the generator can see it
+        staging.publish(perturbed(model, layer=7), version=2, dtype="float32")
+        corrupt(staging, 2)
+        staging.path(2).rename(ws.path(2))  # committed as published: the rename is the commit
+        refused = wait_for(lambda: task_state(run_dir, 0, "generator").get("refused"), 60, "version 2 refused")
+        assert "checksum mismatch" in refused["2"]
+        again = client.generate([p], GREEDY)
+        assert again.version == 1 and again.outputs[0][0].token_ids == after.outputs[0][0].token_ids
     finally:
         sarl("cancel", str(run_dir), cwd=workdir, check=False)
 

@@ -58,7 +58,9 @@ class Engine:
         raise NotImplementedError
 
     def load_version(self, store: str | os.PathLike[str], version: int) -> None:
-        """Replace the weights with `version` of the store at `store`."""
+        """Replace the weights with `version` of the store at `store`. A
+        version that is corrupt, missing or does not fit the model raises
+        `StoreError` before any weight changes."""
         raise NotImplementedError
 
     def close(self) -> None:

@@ -88,6 +88,9 @@ class HFEngine(Engine):
         extra = sorted(set(tensors) - set(self.model.state_dict()))
         if missing or extra:
             raise StoreError(f"version {version} does not fit the model: missing {missing[:5]}, unknown {extra[:5]}")
+        shapes = [n for n, t in tensors.items() if n in params and tuple(t.shape) != tuple(params[n].shape)]
+        if shapes:
+            raise StoreError(f"version {version} does not fit the model: shapes differ for {shapes[:5]}")
         with self.lock, self.torch.no_grad():
             for name, t in tensors.items():
                 if name in params:

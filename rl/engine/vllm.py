@@ -60,8 +60,14 @@ class VLLMEngine(Engine):
         return result
 
     def load_version(self, store: str | os.PathLike[str], version: int) -> None:
+        from rl.store.weights import WeightStore
+
+        # Verified here, before the engine is touched: a corrupt or missing
+        # version raises its own StoreError and the engine keeps its weights.
+        # The worker then maps the same immutable files without hashing again.
+        WeightStore(store).load(version, verify=True)
         with self.lock:
-            self.llm.collective_rpc("sarl_load_version", args=(str(store), int(version)))
+            self.llm.collective_rpc("sarl_load_version", args=(str(store), int(version), False))
             self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights
         self.version = version
 
