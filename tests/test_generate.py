@@ -364,11 +364,14 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         assert after.version == 1
         assert after.outputs[0][0].token_ids != before.outputs[0][0].token_ids
         assert [s["version"] for s in task_state(run_dir, 0, "generator")["swaps"]] == [1]
-        tb = run_dir / "tb"
-        both = [
-            wait_for(lambda t=t: _tb_scalars(tb / f"generator-{t:06d}", 1), 30, "curves of version 1") for t in (0, 1)
-        ]
-        assert sum(max(c["generator/prompts_served"]) for c in both) == 2  # before and after, wherever served
+
+        def curves() -> list[dict[str, list[float]]] | None:  # both prompts drawn, wherever they were served
+            both = [_tb_scalars(run_dir / "tb" / f"generator-{t:06d}", 1) for t in (0, 1)]
+            drawn = [c for c in both if c is not None]
+            ok = len(drawn) == 2 and sum(max(c["generator/prompts_served"]) for c in drawn) == 2
+            return drawn if ok else None
+
+        both = wait_for(curves, 30, "curves of both generators")
         assert max(max(c.get("generator/tokens_per_s", [0])) for c in both) > 0
         assert max(max(c.get("generator/engine_tokens_per_s", [0])) for c in both) > 0
         assert [len(c["generator/swap_held_s"]) for c in both] == [1, 1]
