@@ -19,6 +19,7 @@ runs the real path end to end.
 from __future__ import annotations
 
 import base64
+import json
 import shlex
 import time
 import uuid
@@ -134,8 +135,29 @@ class ApptainerSandbox:
         )
         return _result(res, t0)
 
-    def run_snippet(self, code: str, limits: Limits | None = None) -> ExecResult:
-        return self.exec(["python3", "-c", code], limits=limits)
+    def run_snippet(
+        self,
+        code: str,
+        limits: Limits | None = None,
+        stream: bytes = b"",
+        files: dict[str, bytes | str] | None = None,
+        reset_after: bool = False,
+        globals: dict[str, Any] | None = None,
+        cache: bool = False,
+    ) -> ExecResult:
+        """The bwrap backend's snippet call, in a fresh `python3` of the
+        instance: `files` are written first, `globals` set before the code
+        runs, `stream` is its stdin (a pipe: not in its memory until read),
+        and `reset_after` restarts the instance. `cache` has no effect here."""
+        for path, data in (files or {}).items():
+            self.write_file(path, data)
+        if globals:
+            code = f"import json as _j\nglobals().update(_j.loads({json.dumps(globals)!r}))\ndel _j\n" + code
+        try:
+            return self.exec(["python3", "-c", code], stdin=stream, limits=limits)
+        finally:
+            if reset_after:
+                self.reset()
 
     def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
         raw = data.encode() if isinstance(data, str) else data

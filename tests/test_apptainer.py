@@ -30,7 +30,8 @@ case "$1" in
   exec)
     shift
     while [ $# -gt 0 ]; do
-      case "$1" in instance://*|*.sif) shift; exec "$@" ;; esac
+      # the container's /sandbox is a folder of the test's own on the host
+      case "$1" in instance://*|*.sif) shift; exec "${@//cd \\/sandbox/cd $STAND_IN_WORK}" ;; esac
       shift
     done ;;
 esac
@@ -46,6 +47,8 @@ def stand_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (bindir / "apptainer").chmod(0o755)
     log = tmp_path / "calls.log"
     monkeypatch.setenv("STAND_IN_LOG", str(log))
+    (tmp_path / "work").mkdir()
+    monkeypatch.setenv("STAND_IN_WORK", str(tmp_path / "work"))
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the `singularity` link for spython goes
     (tmp_path / "sandbox.sif").write_bytes(b"")
@@ -90,6 +93,25 @@ def test_apptainer_stand_in_instance_lifecycle_and_files(stand_in: Path, tmp_pat
     assert "--containall" in start and "--network none" in start and start.endswith(f"sandbox.sif {name}")
     assert any(c.startswith(f"exec instance://{name} timeout -s KILL") for c in calls)
     assert calls[-1].endswith(f"instance stop {name}")
+
+
+def test_apptainer_stand_in_snippet_takes_files_globals_stream_and_resets(stand_in: Path, tmp_path: Path) -> None:
+    """The snippet call the verifier makes, on the Apptainer backend (stand-in binary)."""
+    with open_sandbox(_cfg(tmp_path)) as sb:
+        first = sb.name
+        code = "import sys\nprint(open(PATH).read(), PARAMS['n'] + 1, sys.stdin.read())"
+        r = sb.run_snippet(
+            code,
+            files={str(tmp_path / "sol.py"): "x = 1"},
+            globals={"PATH": str(tmp_path / "sol.py"), "PARAMS": {"n": 41}},
+            stream=b"tests",
+            reset_after=True,
+        )
+        assert r.ok and r.stdout == b"x = 1 42 tests\n"
+        assert sb.alive and sb.name == first
+    calls = stand_in.read_text().splitlines()
+    assert len([c for c in calls if "instance start" in c]) == 2  # reset_after: a fresh instance
+    assert len([c for c in calls if "instance stop" in c]) == 2
 
 
 def test_apptainer_stand_in_wall_time_kill_is_reported(stand_in: Path, tmp_path: Path) -> None:
