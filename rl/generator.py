@@ -7,11 +7,18 @@
       503 {"error": "...", "retry_after_s": S}   queue full (back-pressure): try later or elsewhere
     GET /health     {"version", "queued", "served", "backend", "swapping"}
 
-Requests wait in one queue. One engine thread takes the oldest request and
-every queued request with the same sampling parameters (up to `max_batch`
-prompts), and runs them as one batch. A weight swap waits for the batch in
-flight, holds the queue while the engine loads, and releases it: every
-response is produced by exactly one version, which it names.
+Requests wait in one queue, served by one engine thread:
+
+* continuous batching (vLLM): each request joins the running batch at the
+  next decoding step, as long as at most `max_batch` sequences are in
+  flight, and is answered as soon as its own completions finish;
+* whole batches (HF): the oldest request and every queued request with the
+  same sampling parameters, up to `max_batch` completions, run as one
+  `generate` call.
+
+A weight swap stops admitting requests, lets those in flight finish, loads
+the new version while the queue is held, and admits again: every response
+is produced by exactly one version, which it names.
 """
 
 from __future__ import annotations
@@ -52,6 +59,8 @@ class Pending:
     error: str | None = None
     started: float = 0.0
     finished: float = 0.0
+    left: int = 0
+    """Prompts still in the engine (continuous batching)."""
 
 
 class GeneratorServer:
@@ -128,6 +137,81 @@ class GeneratorServer:
         return batch
 
     def _engine_loop(self) -> None:
+        if self.engine.continuous:
+            self._continuous_loop()
+        else:
+            self._batch_loop()
+
+    def _continuous_loop(self) -> None:
+        inflight: dict[str, tuple[Pending, int]] = {}  # engine request id -> (request, prompt index)
+        sequences = 0  # completions in flight
+        ids = 0
+        while True:
+            admitted = []
+            with self.cond:
+                while not self.stopping and not inflight and (self.swapping or not self.queue):
+                    self.cond.wait()
+                if self.stopping:
+                    return
+                while self.queue and not self.swapping:
+                    p = self.queue[0]
+                    size = len(p.prompts) * p.params.n
+                    if inflight and sequences + size > self.max_batch:
+                        break
+                    admitted.append(self.queue.popleft())
+                    sequences += size
+                self.busy = True
+                version = self.engine.version
+            started = time.monotonic()
+            for p in admitted:
+                p.version, p.started = version, started
+                p.outputs = [[] for _ in p.prompts]
+                for i, prompt in enumerate(p.prompts):
+                    ids += 1
+                    try:
+                        self.engine.add(str(ids), prompt, p.params)
+                    except Exception as e:  # refused by the engine: this request fails, not the others
+                        p.error = f"engine error: {type(e).__name__}: {e}"
+                        break
+                    inflight[str(ids)] = (p, i)
+                    p.left += 1
+                if not p.left:  # nothing of it reached the engine
+                    sequences -= len(p.prompts) * p.params.n
+                    p.done.set()
+            try:
+                finished = self.engine.step() if inflight else []
+            except Exception as e:  # the engine failed: everything in flight fails with it
+                log.exception("engine step failed")
+                finished = []
+                for p, _ in inflight.values():
+                    p.error = f"engine error: {type(e).__name__}: {e}"
+                    p.left = 0
+                    p.done.set()
+                inflight.clear()
+                sequences = 0
+            now = time.monotonic()
+            answered = []
+            for rid, completions in finished:
+                p, i = inflight.pop(rid)
+                assert p.outputs is not None
+                p.outputs[i] = completions
+                p.left -= 1
+                if p.left == 0:
+                    sequences -= len(p.prompts) * p.params.n
+                    p.finished = now
+                    answered.append(p)
+            with self.cond:
+                self.generate_s += now - started
+                ok = [p for p in answered if p.error is None]
+                self.served += sum(len(p.prompts) for p in ok)
+                self.tokens += sum(len(c.token_ids) for p in ok for row in p.outputs or () for c in row)
+                if not inflight:
+                    self.busy = False
+                    self.cond.notify_all()
+            for p in answered:
+                p.done.set()
+
+    def _batch_loop(self) -> None:
         while True:
             with self.cond:
                 while not self.stopping and (self.swapping or not self.queue):
@@ -182,6 +266,7 @@ class GeneratorServer:
                 "version": self.engine.version,
                 "backend": self.engine.backend,
                 "queued": len(self.queue),
+                "busy": self.busy,
                 "served": self.served,
                 "tokens": self.tokens,
                 "generate_s": round(self.generate_s, 3),

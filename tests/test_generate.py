@@ -405,11 +405,44 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
         p = prompt(tok, "What is 2+3?")
         before = client.generate([p, p], GREEDY)
         assert before.version == 0 and before.outputs[0][0].token_ids == before.outputs[1][0].token_ids
+
+        # Continuous batching: a short request sent while a long one decodes is answered first.
+        long_done = threading.Event()
+        long = threading.Thread(
+            target=lambda: (client.generate([p], {"max_tokens": 400, "ignore_eos": True}), long_done.set())
+        )
+        long.start()
+        time.sleep(1.0)
+        short = client.generate([p], GREEDY)
+        assert short.outputs[0][0].token_ids == before.outputs[0][0].token_ids
+        assert not long_done.is_set()
+        long.join()
+        assert long_done.is_set()
+
+        # Requests keep coming while version 1 is loaded: each response is all one version's.
+        seen: list[tuple[int, list[int]]] = []
+        stop = threading.Event()
+
+        def hammer() -> None:
+            while not stop.is_set():
+                r = client.generate([p], GREEDY)
+                seen.append((r.version, r.outputs[0][0].token_ids))
+
+        threads = [threading.Thread(target=hammer) for _ in range(2)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: seen, 30, "responses from version 0")
         WeightStore(run_dir / "store.zarr").publish(perturbed(model), version=1, dtype="float32")
         _wait_endpoints(run_dir, 1, 120, version=1)
+        wait_for(lambda: sum(v == 1 for v, _ in seen) >= 3, 30, "responses from version 1")
+        stop.set()
+        for t in threads:
+            t.join()
         after = client.generate([p], GREEDY)
         assert after.version == 1
         assert after.outputs[0][0].token_ids != before.outputs[0][0].token_ids
+        ref = {0: before.outputs[0][0].token_ids, 1: after.outputs[0][0].token_ids}
+        assert {v for v, _ in seen} == {0, 1} and all(toks == ref[v] for v, toks in seen)
         st = json.loads(sarl("status", str(run_dir), "--json", cwd=workdir).stdout)
         assert "serving version 1" in json.dumps(st)
 

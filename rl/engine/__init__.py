@@ -57,6 +57,17 @@ class Engine:
         """`params.n` completions for each prompt, in order."""
         raise NotImplementedError
 
+    continuous = False
+    """True when the engine offers `add` and `step`: requests join and leave
+    the running batch at any decoding step (vLLM). Otherwise the service runs
+    whole batches with `generate` (HF)."""
+
+    def add(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
+        raise NotImplementedError
+
+    def step(self) -> list[tuple[str, list[Completion]]]:
+        raise NotImplementedError
+
     def load_version(self, store: str | os.PathLike[str], version: int) -> None:
         """Replace the weights with `version` of the store at `store`. A
         version that is corrupt, missing or does not fit the model raises

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from rl.engine import Completion, Engine
 from rl.engine.config import SamplingParams, VLLMEngineConfig
@@ -31,11 +32,12 @@ class VLLMEngine(Engine):
         self.max_model_len = cfg.max_model_len
         self.lock = threading.Lock()
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+    @staticmethod
+    def _params(params: SamplingParams) -> Any:
         from vllm import SamplingParams as VSamplingParams
-        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
-        sp = VSamplingParams(
+        return VSamplingParams(
             n=params.n,
             temperature=params.temperature,
             top_p=params.top_p,
@@ -46,18 +48,42 @@ class VLLMEngine(Engine):
             ignore_eos=params.ignore_eos,
             seed=params.seed,
             logprobs=0,
+            output_kind=RequestOutputKind.FINAL_ONLY,
         )
+
+    @staticmethod
+    def _completions(output: Any) -> list[Completion]:
+        row = []
+        for c in output.outputs:
+            ids = list(c.token_ids)
+            lps = [float(c.logprobs[i][t].logprob) for i, t in enumerate(ids)] if c.logprobs else []
+            row.append(Completion(ids, lps, "length" if c.finish_reason == "length" else "stop"))
+        return row
+
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
+        from vllm.inputs import TokensPrompt
+
         with self.lock:
-            outs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], sp, use_tqdm=False)
-        result = []
-        for o in outs:
-            row = []
-            for c in o.outputs:
-                ids = list(c.token_ids)
-                lps = [float(c.logprobs[i][t].logprob) for i, t in enumerate(ids)] if c.logprobs else []
-                row.append(Completion(ids, lps, "length" if c.finish_reason == "length" else "stop"))
-            result.append(row)
-        return result
+            outs = self.llm.generate(
+                [TokensPrompt(prompt_token_ids=p) for p in prompts], self._params(params), use_tqdm=False
+            )
+        return [self._completions(o) for o in outs]
+
+    # Continuous batching, for the generator service: requests join the
+    # running batch at the next decoding step, and leave it when they finish.
+    continuous = True
+
+    def add(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
+        from vllm.inputs import TokensPrompt
+
+        with self.lock:
+            self.llm.llm_engine.add_request(request_id, TokensPrompt(prompt_token_ids=prompt), self._params(params))
+
+    def step(self) -> list[tuple[str, list[Completion]]]:
+        """One engine step; the requests that finished in it."""
+        with self.lock:
+            outs = self.llm.llm_engine.step()
+        return [(o.request_id, self._completions(o)) for o in outs if o.finished]
 
     def load_version(self, store: str | os.PathLike[str], version: int) -> None:
         from rl.store.weights import WeightStore
