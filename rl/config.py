@@ -170,7 +170,8 @@ class GeneratorRole(RoleConfig):
     max_queue: int = Field(256, ge=1, json_schema_extra=SAFE)
     """Requests queued at most; beyond it the service answers 503 (back-pressure)."""
     max_batch: int = Field(64, ge=1, json_schema_extra=SAFE)
-    """Completions generated in one engine batch at most."""
+    """Completions in the engine at once at most: sequences in flight (vLLM,
+    continuous batching), or the size of one `generate` batch (HF)."""
     serve_s: float | None = Field(None, gt=0, json_schema_extra=SAFE)
     """Stop serving after this many seconds (none: until cancelled)."""
 

@@ -5,7 +5,7 @@
            "queue_s", "generate_s", "backend"}
       400 {"error": "..."}   a bad request: the message names the field
       503 {"error": "...", "retry_after_s": S}   queue full (back-pressure): try later or elsewhere
-    GET /health     {"version", "queued", "served", "backend", "swapping"}
+    GET /health     {"version", "backend", "queued", "busy", "served", "tokens", "generate_s", "swapping"}
 
 Requests wait in one queue, served by one engine thread:
 
