@@ -467,3 +467,32 @@ def test_bench_generate_reports_each_figure_beside_its_baseline(workdir: Path) -
     assert r["speedup_b8"] == pytest.approx(r["vllm_tok_s_b8"] / r["hf_tok_s_b8"], rel=0.01)
     assert r["reload_ratio"] == pytest.approx(r["reload_s"] / r["safetensors_load_s"], rel=0.01)
     assert r["weights_mb"] > 200  # SmolLM2-135M in bf16: the real model's weights were reloaded
+
+
+@pytest.mark.slurm
+def test_preempted_generator_comes_back_serving_the_newest_version(
+    workdir: Path, slurm: None, model_cache: Path, model: ModelConfig, tok: Any
+) -> None:
+    job = "[generator.job]\ncpus_per_task = 8\nmem_gb = 4\ntime_min = 30\n"  # fills the node: preemptable
+    cfg = write_config(workdir, _generator_config(model_cache, "hf", 1, "slurm", job))
+    sarl("submit", str(cfg), cwd=workdir)
+    run_dir = workdir / "runs" / "g"
+    try:
+        _wait_endpoints(run_dir, 1, 180)
+        WeightStore(run_dir / "store.zarr").publish(perturbed(model), version=1, dtype="float32")
+        _wait_endpoints(run_dir, 1, 60, version=1)
+        announce = run_dir / "endpoints" / "generator-000000.json"
+        pid = json.loads(announce.read_text())["pid"]
+        subprocess.run(["sbatch", "-p", "urgent", "-c", "8", "--wrap", "sleep 3"], check=True, capture_output=True)
+
+        def back() -> bool:  # the announcement goes when the generator is preempted, and comes back
+            d = json.loads(announce.read_text()) if announce.exists() else {}
+            return d.get("pid", pid) != pid and d["version"] == 1
+
+        wait_for(back, 180, "the requeued generator to announce version 1")
+        state = task_state(run_dir, 0, "generator")
+        assert len(state["starts"]) == 2 and state["checkpoints"] >= 1
+        reply = GeneratorClient(run_dir, timeout_s=60).generate([prompt(tok, "What is 2+3?")], GREEDY)
+        assert reply.version == 1  # restarted from the base checkpoint, it loaded the newest version first
+    finally:
+        sarl("cancel", str(run_dir), cwd=workdir, check=False)
