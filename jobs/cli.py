@@ -101,6 +101,15 @@ def _parser() -> argparse.ArgumentParser:
     s = tsub.add_parser("report", help="merge a validation run's shards: RUN_DIR/tasks.report.json, tasks.clean.jsonl")
     s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
 
+    q = sub.add_parser("generate", help="one chat turn through the run's live generators")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("message")
+    q.add_argument("--max-tokens", type=int, default=128)
+    q.add_argument("--temperature", type=float, default=0.0)
+    q.add_argument("--wait", type=float, default=10.0, help="seconds to wait for a generator to announce itself")
+    q.add_argument("--timeout", type=float, default=120.0, help="seconds one generator may take to answer")
+    q.add_argument("--json", action="store_true", help="print one JSON object: text, token ids, log-probs, version")
+
     q = sub.add_parser("verify", help="verify HumanEval-style samples in sandboxes; write per-sample results")
     q.add_argument("tasks", type=Path, metavar="TASKS.jsonl")
     q.add_argument("samples", type=Path, metavar="SAMPLES.jsonl")
@@ -185,6 +194,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
     if args.cmd == "sandbox":
         return _sandbox_run(args)
+
+    if args.cmd == "generate":
+        from jobs.generate_cli import generate_main
+
+        return generate_main(args)
 
     if args.cmd in ("tasks", "verify"):
         from jobs.verify_cli import tasks_main, verify_main

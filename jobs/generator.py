@@ -80,7 +80,10 @@ class Generator(Role):
 
     def progress(self) -> str:
         v = self.state.get("version")
-        return "" if v is None else f"serving version {v}, {self.state.get('served', 0)} prompts served"
+        if v is None:
+            return ""
+        where = f" on {self.state['addr']}:{self.state['port']}" if "port" in self.state else ""
+        return f"serving version {v}{where}, {self.state.get('served', 0)} prompts served"
 
     def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
         assert isinstance(role_cfg, GeneratorRole)

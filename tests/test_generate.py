@@ -376,6 +376,10 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         assert max(max(c.get("generator/engine_tokens_per_s", [0])) for c in both) > 0
         assert [len(c["generator/swap_held_s"]) for c in both] == [1, 1]
 
+        out = sarl("generate", str(run_dir), "What is 2+3?", "--max-tokens", "12", "--json", cwd=workdir)
+        reply = json.loads(out.stdout)
+        assert reply["version"] == 1 and reply["token_ids"] == after.outputs[0][0].token_ids and reply["text"]
+
         victim = next(e for e in eps if e.task == 0)
         pid = json.loads((run_dir / "endpoints" / "generator-000000.json").read_text())["pid"]
         os.kill(pid, signal.SIGKILL)
@@ -384,6 +388,10 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         served_by = [fresh.generate([p], GREEDY).endpoint.task for _ in range(4)]
         assert served_by == [1, 1, 1, 1]
         assert fresh.failures[victim.key] == 1  # tried once, then left out
+
+        sarl("cancel", str(run_dir), cwd=workdir)
+        gone = sarl("generate", str(run_dir), "hi", "--wait", "1", cwd=workdir, check=False)
+        assert gone.returncode == 1 and "no generator served the request" in gone.stderr
     finally:
         sarl("cancel", str(run_dir), cwd=workdir, check=False)
 
