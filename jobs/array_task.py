@@ -18,7 +18,7 @@ import cloudpickle
 from submitit.core.submission import process_job
 from submitit.core.utils import JobPaths
 
-from rl.rundir import atomic_write
+from rl.fsio import atomic_write
 
 
 def main(folder: str, array_pickle: str) -> None:

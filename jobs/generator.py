@@ -23,9 +23,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from rl.config import Config, GeneratorRole, RoleConfig
-from rl.genclient import endpoint_path
-from rl.role import Role, current_job_id
-from rl.rundir import RunDir, write_json
+from rl.generator.endpoint import Endpoint, announce, withdraw
+from rl.run.role import Role, current_job_id
+from rl.run.rundir import RunDir
 from rl.store import StoreError
 
 log = logging.getLogger("sarl.generator")
@@ -89,7 +89,7 @@ class Generator(Role):
         assert isinstance(role_cfg, GeneratorRole)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         from rl.engine import make_engine
-        from rl.generator import GeneratorServer
+        from rl.generator.service import GeneratorServer
         from rl.store.weights import WeightStore
 
         rd = RunDir(self.run_dir)
@@ -105,7 +105,6 @@ class Generator(Role):
                 engine.load_version(store, loaded)
         port = role_cfg.port + self.task if role_cfg.port else 0
         server = GeneratorServer(engine, role_cfg.bind, port, role_cfg.max_queue, role_cfg.max_batch).start()
-        announce = endpoint_path(rd.path, self.task)
         addr = host_address() if role_cfg.bind in ("0.0.0.0", "") else role_cfg.bind
         log.info("serving on %s:%d", addr, server.port)
         self.commit(version=engine.version, served=0, port=server.port, addr=addr)
@@ -118,18 +117,18 @@ class Generator(Role):
                 health = server.health()
                 if tb is not None:
                     last = _curves(tb, health, engine.version, last, started)
-                write_json(
-                    announce,
-                    {
-                        "task": self.task,
-                        "addr": addr,
-                        "host": socket.gethostname(),
-                        "port": server.port,
-                        "pid": os.getpid(),
-                        "job_id": current_job_id(),
-                        "at": time.time(),
+                announce(
+                    rd.path,
+                    Endpoint(
+                        task=self.task,
+                        addr=addr,
+                        host=socket.gethostname(),
+                        port=server.port,
+                        pid=os.getpid(),
+                        job_id=current_job_id(),
+                        at=time.time(),
                         **health,
-                    },
+                    ),
                 )
                 self.state.update(served=health["served"])
                 self.beat(version=engine.version, port=server.port)
@@ -154,7 +153,7 @@ class Generator(Role):
         finally:
             if tb is not None:
                 tb.close()
-            announce.unlink(missing_ok=True)
+            withdraw(rd.path, self.task)
             server.stop()
             engine.close()
         return {"task": self.task, "version": engine.version, "served": server.served}

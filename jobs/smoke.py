@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from rl.config import Config, RoleConfig, SmokeRole
-from rl.role import Role
+from rl.run.role import Role
 
 
 class Smoke(Role):

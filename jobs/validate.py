@@ -13,7 +13,7 @@ from dataclasses import asdict
 from typing import Any
 
 from rl.config import Config, RoleConfig, ValidateRole
-from rl.role import Role
+from rl.run.role import Role
 
 
 class Validate(Role):
@@ -26,9 +26,9 @@ class Validate(Role):
         return f"{len(self.state.get('reports', []))}/{self.state.get('shard', '?')} tasks"
 
     def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
-        from rl.taskpool import validate
-        from rl.tasks import read_tasks
-        from rl.verify import Verifier
+        from rl.tasks.format import read_tasks
+        from rl.tasks.validation import validate
+        from rl.verify.verifier import Verifier
 
         assert isinstance(role_cfg, ValidateRole)
         shard = list(read_tasks(role_cfg.tasks_file))[self.task :: role_cfg.tasks]

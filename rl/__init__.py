@@ -1,1 +1,1 @@
-"""Config, run directory, scheduling, and (as they land) algorithms, rewards, tasks, store and learner."""
+"""Config, run directory, scheduling, the exchange store, generation, tasks and verification."""

@@ -16,21 +16,29 @@ import os
 import re
 import shutil
 import tomllib
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
-from pydantic.json_schema import JsonDict
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from rl.engine.config import EngineConfig, ModelConfig, VLLMEngineConfig
-from rl.verify_config import VerifyConfig
+from rl.engine.config import ModelConfig
+from rl.errors import ConfigError
+from rl.generator.config import GeneratorRole
+from rl.run.config import Executor, JobResources, LocalExecutor, RoleConfig, RunSection, SlurmExecutor, SmokeRole
+from rl.schema import SAFE, TAG, Section, models_in, tag_values
+from rl.tasks.config import ValidateRole
+from rl.verify.config import VerifyConfig
 from sandboxes.config import SandboxConfig
 
 __all__ = [
+    "ROLES",
     "Config",
     "ConfigError",
     "JobResources",
     "LocalExecutor",
+    "RoleConfig",
+    "RoleSpec",
     "SlurmExecutor",
     "GeneratorRole",
     "SmokeRole",
@@ -42,163 +50,31 @@ __all__ = [
     "unsafe_changes",
 ]
 
-SAFE: JsonDict = {"mid_run_safe": True}
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message names the file and key."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
-
-
-# --------------------------------------------------------------------- executors
-
-
-class LocalExecutor(_Model):
-    """Run each job as a local process on this machine, through submitit."""
-
-    type: Literal["local"] = "local"
-    """Backend tag: `local` runs jobs as detached processes on this machine."""
-
-
-class SlurmExecutor(_Model):
-    """Submit each role as a Slurm job or job array, through submitit."""
-
-    type: Literal["slurm"] = "slurm"
-    """Backend tag: `slurm` submits with sbatch."""
-    partition: str | None = Field(None, json_schema_extra=SAFE)
-    """Default partition of every role (a role's `job.partition` overrides it)."""
-    account: str | None = Field(None, json_schema_extra=SAFE)
-    """Slurm account to charge (`--account`)."""
-    qos: str | None = Field(None, json_schema_extra=SAFE)
-    """Quality of service (`--qos`)."""
-    signal_delay_s: int = Field(120, ge=10, json_schema_extra=SAFE)
-    """Seconds before the time limit at which Slurm sends USR2 so that a job can
-    checkpoint and requeue itself. Slurm may send it up to about 60 s early."""
-    max_timeouts: int = Field(1000, ge=0, json_schema_extra=SAFE)
-    """How many times a job may hit its time limit and requeue itself before it
-    counts as failed. Preemptions do not use this up."""
-    setup: list[str] = Field(default_factory=list, json_schema_extra=SAFE)
-    """Shell lines run at the start of every job script (e.g. `module load cuda`)."""
-    extra_sbatch: dict[str, str | int | bool] = Field(default_factory=dict, json_schema_extra=SAFE)
-    """Additional sbatch options, without the leading dashes (`{constraint = "a100"}`)."""
-
-
-Executor = Annotated[LocalExecutor | SlurmExecutor, Field(discriminator="type")]
-
 
 # ---------------------------------------------------------------------- roles
 
 
-class JobResources(_Model):
-    """What one task of a role asks the scheduler for."""
-
-    partition: str | None = Field(None, json_schema_extra=SAFE)
-    """Partition for this role; defaults to `executor.partition`."""
-    time_min: int = Field(60, ge=1, json_schema_extra=SAFE)
-    """Time limit of one job, in minutes. A role that reaches it checkpoints and
-    requeues itself."""
-    nodes: int = Field(1, ge=1, json_schema_extra=SAFE)
-    """Nodes per task (multi-node only for the learner)."""
-    cpus_per_task: int = Field(1, ge=1, json_schema_extra=SAFE)
-    """CPU cores per task."""
-    gpus_per_task: int = Field(0, ge=0, json_schema_extra=SAFE)
-    """GPUs per task (`--gpus-per-node` on Slurm)."""
-    mem_gb: float = Field(2.0, gt=0, json_schema_extra=SAFE)
-    """Memory per task, in GiB."""
-    array_parallelism: int | None = Field(None, ge=1, json_schema_extra=SAFE)
-    """At most this many tasks of the array run at once (`--array=...%N`);
-    none: no limit. The local executor enforces it with slot locks."""
+def role(job_class: str) -> Any:
+    """A role section of `Config`: absent (None) unless configured. This one
+    line registers the role: its config type is the field's annotation, and
+    `job_class` ("module:Class", a subclass of rl.run.role.Role) is what
+    its jobs run. Keep the module path stable: submitted pickles name it."""
+    return Field(None, json_schema_extra={"role": job_class})
 
 
-class RoleConfig(_Model):
-    """Fields shared by every role."""
+@dataclass(frozen=True)
+class RoleSpec:
+    """A registered role: its config section and the class its jobs run."""
 
-    tasks: int = Field(1, ge=1, le=100_000)
-    """Number of tasks in the role's job array."""
-    job: JobResources = JobResources()
-    """Scheduler resources of each task."""
-
-
-class SmokeRole(RoleConfig):
-    """A plumbing check: each task counts `steps` steps of `step_s` seconds,
-    committing its progress to the run directory after every step. It
-    exercises submission, status, preemption, requeue and resume on a cluster
-    without any model."""
-
-    tasks: int = Field(8, ge=1, le=100_000)
-    """Number of tasks in the smoke array."""
-    steps: int = Field(10, ge=1)
-    """Steps each task counts before it completes."""
-    step_s: float = Field(1.0, ge=0, json_schema_extra=SAFE)
-    """Seconds each step takes."""
-    fail_tasks: list[int] = Field(default_factory=list, json_schema_extra=SAFE)
-    """Tasks that raise an error half-way, to check how failures are reported
-    (clear it with `sarl resume RUN_DIR --set smoke.fail_tasks=[]`)."""
-
-
-class ValidateRole(RoleConfig):
-    """Task validation as a job array: each array task validates every
-    `tasks`-th task of `tasks_file`; `sarl tasks report RUN_DIR` merges."""
-
-    tasks: int = Field(4, ge=1, le=100_000)
-    """Number of array tasks (shards)."""
-    tasks_file: Path
-    """JSONL task file to validate. A relative path is resolved against the
-    directory `sarl submit` runs in."""
-    repeats: int = Field(3, ge=1)
-    """Runs of each reference; results must agree (else flaky)."""
-
-
-class GeneratorRole(RoleConfig):
-    """Generators: each task serves the policy over HTTP (token ids in and
-    out), announces itself in `endpoints/`, and loads every new weight
-    version from the store without restarting."""
-
-    tasks: int = Field(1, ge=1, le=10_000)
-    """Number of generators."""
-    engine: EngineConfig = Field(default_factory=VLLMEngineConfig)
-    """Inference backend: `vllm` or `hf`, with its settings."""
-    bind: str = "0.0.0.0"
-    """Address the HTTP service listens on."""
-    port: int = Field(0, ge=0, le=65535)
-    """0: any free port; else task N listens on `port + N`."""
-    poll_s: float = Field(2.0, gt=0, json_schema_extra=SAFE)
-    """Seconds between looks for a new weight version (and announcements)."""
-    max_queue: int = Field(256, ge=1, json_schema_extra=SAFE)
-    """Requests queued at most; beyond it the service answers 503 (back-pressure)."""
-    max_batch: int = Field(64, ge=1, json_schema_extra=SAFE)
-    """Completions in the engine at once at most: sequences in flight (vLLM,
-    continuous batching), or the size of one `generate` batch (HF)."""
-    serve_s: float | None = Field(None, gt=0, json_schema_extra=SAFE)
-    """Stop serving after this many seconds (none: until cancelled)."""
-
-
-ROLE_TYPES: dict[str, type[RoleConfig]] = {
-    "smoke": SmokeRole,
-    "validation": ValidateRole,
-    "generator": GeneratorRole,
-}
+    name: str
+    config: type[RoleConfig]
+    job_class: str
 
 
 # ---------------------------------------------------------------------- run
 
 
-class RunSection(_Model):
-    """Identity and location of the run."""
-
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-    """Name of the run; its directory is `<root>/<name>`."""
-    root: Path = Path("runs")
-    """Folder that holds run directories, on the shared filesystem. A relative
-    path is resolved against the directory `sarl submit` runs in."""
-    seed: int = 0
-    """Seed of every random choice of the run."""
-
-
-class Config(_Model):
+class Config(Section):
     """A whole run: its identity, where jobs run, and its roles."""
 
     run: RunSection
@@ -209,19 +85,19 @@ class Config(_Model):
     """Where model-written code runs: backend, runtime, limits, network, warm pool."""
     verify: VerifyConfig = VerifyConfig()
     """Weights and gates of the verification checks that make the reward."""
-    smoke: SmokeRole | None = None
-    """The smoke role (plumbing check); absent: not run."""
-    validation: ValidateRole | None = None
-    """Task validation as a job array; absent: not run."""
     model: ModelConfig = ModelConfig()
     """The base policy: checkpoint folder or built-in model, and dtype."""
-    generator: GeneratorRole | None = None
+
+    # Roles: one field each, in the order they are submitted.
+    smoke: SmokeRole | None = role("jobs.smoke:Smoke")
+    """The smoke role (plumbing check); absent: not run."""
+    validation: ValidateRole | None = role("jobs.validate:Validate")
+    """Task validation as a job array; absent: not run."""
+    generator: GeneratorRole | None = role("jobs.generator:Generator")
     """Generators serving the policy; absent: not run."""
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
-        if not self.roles():
-            raise ValueError(f"no role is configured: add a section for one of {sorted(ROLE_TYPES)}")
         for name, role in self.roles().items():
             if isinstance(self.executor, LocalExecutor) and role.job.nodes > 1:
                 raise ValueError(
@@ -239,15 +115,36 @@ class Config(_Model):
     def roles(self) -> dict[str, RoleConfig]:
         """The configured roles, by name, in a fixed order."""
         out = {}
-        for name in ROLE_TYPES:
+        for name in ROLES:
             section = getattr(self, name)
             if section is not None:
                 out[name] = section
         return out
 
+    def require_roles(self, source: str) -> None:
+        """Commands that submit jobs need a role; others (verify, eval) do not."""
+        if not self.roles():
+            raise ConfigError(f"{source}: no role is configured: add a section for one of {sorted(ROLES)}")
+
     @property
     def run_dir(self) -> Path:
         return self.run.root / self.run.name
+
+
+def _registered_roles() -> dict[str, RoleSpec]:
+    out = {}
+    for name, field in Config.model_fields.items():
+        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+        if "role" in extra:
+            config = next(a for a in getattr(field.annotation, "__args__", ()) if a is not type(None))
+            out[name] = RoleSpec(name, config, str(extra["role"]))
+    return out
+
+
+ROLES: dict[str, RoleSpec] = _registered_roles()
+"""Every role, by section name, in submission order: derived from `Config`."""
+
+_TAGS = tag_values(Config)
 
 
 # ----------------------------------------------------------------- loading
@@ -285,22 +182,41 @@ def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _user_location(loc: tuple[Any, ...], raw: Any) -> list[str]:
+    """The dotted key as the user wrote it: pydantic adds the chosen member's
+    tag of a tagged union to the location (`generator.engine.vllm.max_model_len`);
+    it is dropped wherever the user's input has no such key."""
+    out: list[str] = []
+    node = raw
+    for part in loc:
+        in_dict = isinstance(node, dict) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if in_dict or in_list:
+            node = node[part]  # type: ignore[index]
+        elif part in _TAGS and isinstance(node, dict | BaseModel):
+            continue  # the tag pydantic inserted (the input may also be a default model)
+        else:
+            node = None
+        out.append(str(part))
+    return out
+
+
 def _format_errors(err: ValidationError, source: str, raw: dict[str, Any]) -> str:
     lines = []
     for e in err.errors():
-        loc = [str(p) for p in e["loc"]]
-        # tagged unions put the tag into the location: executor.slurm.partition
-        if len(loc) >= 2 and loc[0] == "executor" and loc[1] in ("local", "slurm"):
-            del loc[1]
-        key = ".".join(loc) or "(top level)"
+        loc = _user_location(e["loc"], raw)
         if e["type"] == "extra_forbidden":
             msg = "unknown key"
         elif e["type"] == "missing":
             msg = "required key is missing"
+        elif e["type"] == "union_tag_invalid":
+            loc.append(TAG)
+            msg = f"expected one of {e['ctx']['expected_tags']} (got {e['ctx']['tag']!r})"
         else:
             msg = e["msg"].removeprefix("Value error, ")
             if "input" in e and e["type"] not in ("value_error", "model_type") and not isinstance(e["input"], dict):
                 msg += f" (got {e['input']!r})"
+        key = ".".join(loc)
         lines.append(f"{source}: {key}: {msg}" if loc else f"{source}: {msg}")
     return "\n".join(lines)
 
@@ -403,20 +319,16 @@ def config_diff(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> l
 
 
 def _is_safe(key: str) -> bool:
-    model: Any = Config
+    """A key is safe when it, or a section above it, is marked `mid_run_safe`
+    (in any member of a tagged union on the way)."""
+    models: list[type[BaseModel]] = [Config]
     for part in key.split("."):
-        fields = getattr(model, "model_fields", None)
-        if not fields or part not in fields:
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
             return False
-        field = fields[part]
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        if extra.get("mid_run_safe"):
+        if any(isinstance(f.json_schema_extra, dict) and f.json_schema_extra.get("mid_run_safe") for f in fields):
             return True
-        ann = field.annotation
-        args = [a for a in getattr(ann, "__args__", ()) if isinstance(a, type) and issubclass(a, BaseModel)]
-        model = ann if isinstance(ann, type) and issubclass(ann, BaseModel) else (args[0] if args else None)
-        if model is None:
-            return False
+        models = [m for f in fields for m in models_in(f.annotation)]
     return False
 
 
@@ -433,8 +345,6 @@ def describe_fields(model: type[BaseModel] = Config, prefix: str = "") -> list[t
         key = prefix + name
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
         rows.append((key, (field.description or "").replace("\n", " "), bool(extra.get("mid_run_safe"))))
-        ann = field.annotation
-        subs = [a for a in getattr(ann, "__args__", (ann,)) if isinstance(a, type) and issubclass(a, BaseModel)]
-        for sub in subs:
+        for sub in models_in(field.annotation):
             rows += [r for r in describe_fields(sub, key + ".") if r not in rows]
     return rows

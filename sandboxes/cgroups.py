@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import IO
 
+from sandboxes.base import SandboxError
 from sandboxes.config import Limits
 
 V1 = Path("/sys/fs/cgroup")
@@ -63,7 +64,7 @@ class Slot:
                 f.close()
                 continue
             return cls(n, f)
-        raise RuntimeError(f"all {MAX_SLOTS} sandbox slots of this node are taken")
+        raise SandboxError(f"all {MAX_SLOTS} sandbox slots of this node are taken (locks in {SLOT_DIR})")
 
 
 class Cgroups:

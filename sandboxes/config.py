@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from rl.schema import TAG, Section, default_tag
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
-
-
-class Limits(_Model):
+class Limits(Section):
     """Resource limits of one sandbox; hitting one kills the sandbox's whole process tree."""
 
     wall_s: float = Field(30.0, gt=0)
@@ -28,14 +26,14 @@ class Limits(_Model):
     """Bytes of stdout and of stderr kept; more kills the command (output flood)."""
 
 
-class BwrapBackend(_Model):
+class BwrapBackend(Section):
     """bubblewrap: the default where Apptainer is not installed."""
 
     type: Literal["bwrap"] = "bwrap"
     """Backend tag."""
 
 
-class ApptainerBackend(_Model):
+class ApptainerBackend(Section):
     """Apptainer (or Singularity) with a SIF image, through spython."""
 
     type: Literal["apptainer"] = "apptainer"
@@ -44,10 +42,10 @@ class ApptainerBackend(_Model):
     """SIF image built from containers/sandbox.def (scripts/build-image.sh)."""
 
 
-Backend = Annotated[BwrapBackend | ApptainerBackend, Field(discriminator="type")]
+Backend = Annotated[BwrapBackend | ApptainerBackend, Field(discriminator=TAG), default_tag(BwrapBackend)]
 
 
-class SandboxConfig(_Model):
+class SandboxConfig(Section):
     """Where and how model-written code runs."""
 
     backend: Backend = Field(default_factory=BwrapBackend)

@@ -3,7 +3,10 @@
 `take()` hands out a ready sandbox (or makes one if none is ready); `give()`
 takes it back after an episode: it is reset (every process killed, /sandbox and
 /tmp emptied) and returned to the pool, or closed if it died or the pool is
-full. A background thread keeps `size` sandboxes ready.
+full. A background thread keeps `size` sandboxes ready; when a sandbox cannot
+be made (no free slot, a backend that fails), it records why in
+`last_error`, waits, and tries again: the thread never dies of it, and
+`take()` raises the backend's error to its caller instead.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ class WarmPool:
         self.size = self.cfg.pool_size if size is None else size
         self.ready: queue.Queue[Any] = queue.Queue()
         self.created = 0
+        self.last_error = ""
+        """Why the last background refill failed (empty once one succeeds)."""
         self._want = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._refill, name="sandbox-pool", daemon=True)
@@ -38,7 +43,10 @@ class WarmPool:
                 try:
                     self.ready.put(open_sandbox(self.cfg))
                     self.created += 1
-                except SandboxError:
+                    self.last_error = ""
+                except Exception as e:  # noqa: BLE001 (any failure: the pool must outlive it)
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    self._stop.wait(1.0)
                     break
 
     def take(self, timeout: float = 0.0) -> Any:

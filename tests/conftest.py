@@ -89,3 +89,49 @@ def no_slurm_env(tmp_path: Path) -> dict[str, str]:
     env = dict(os.environ)
     env["PATH"] = str(bindir)
     return env
+
+
+# ------------------------------------------------------------------ suite rules
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that uses the local Slurm must say so with the `slurm` marker
+    (so that `-m "not slurm"` runs on a machine without one)."""
+    unmarked = [
+        item.nodeid
+        for item in items
+        if "slurm" in getattr(item, "fixturenames", ()) and item.get_closest_marker("slurm") is None
+    ]
+    if unmarked:
+        raise pytest.UsageError("tests that use the slurm fixture need @pytest.mark.slurm: " + ", ".join(unmarked))
+
+
+def _untracked() -> set[str] | None:
+    """Files in the repository that git neither tracks nor ignores (None: not a git checkout)."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, timeout=30
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return set(out.stdout.splitlines()) if out.returncode == 0 else None
+
+
+_BEFORE: set[str] | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global _BEFORE
+    _BEFORE = _untracked()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Tests write only under their temporary folders: a file that appeared in
+    the repository during the run fails the session and is named."""
+    after = _untracked()
+    if _BEFORE is None or after is None:
+        return
+    new = sorted(after - _BEFORE)
+    if new:
+        print(f"\ntests left files in the repository {REPO}: {', '.join(new[:20])}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -14,7 +14,7 @@ import zlib
 
 import numpy as np
 
-from rl.checkpoint import LearnerCheckpoints
+from rl.learner.checkpoints import LearnerCheckpoints
 from rl.store import CorruptData, Cursor, Sample, Store, StoreError
 
 

@@ -61,6 +61,7 @@ def test_multi_node_needs_slurm(workdir: Path) -> None:
     assert "smoke.job.nodes = 2 needs executor.type = 'slurm'" in err
 
 
+@pytest.mark.slurm
 def test_signal_after_time_limit_is_impossible(workdir: Path, slurm: None) -> None:
     body = smoke_config(extra="[smoke.job]\ntime_min = 1\n[executor]\ntype = 'slurm'\nsignal_delay_s = 90\n")
     err = _fails(workdir, body)
@@ -77,6 +78,7 @@ def test_malformed_override(workdir: Path) -> None:
     assert "--set 'smoke.steps': expected KEY=VALUE" in err
 
 
+@pytest.mark.slurm
 def test_executor_must_be_chosen_where_slurm_is_installed(workdir: Path, slurm: None) -> None:
     err = _fails(workdir, smoke_config())
     assert "executor.type: not set, and Slurm is installed" in err

@@ -21,8 +21,9 @@ from conftest import REPO, sarl, task_state, wait_for, write_config
 
 from rl.engine import BadRequest
 from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams
-from rl.genclient import GeneratorClient, read_endpoints
-from rl.generator import GeneratorServer
+from rl.generator.client import GeneratorClient
+from rl.generator.endpoint import read_endpoints
+from rl.generator.service import GeneratorServer
 from rl.model import chat_ids, checkpoint, load_tokenizer
 from rl.store.weights import WeightStore
 
@@ -112,7 +113,7 @@ def test_builtin_model_is_converted_once_into_a_checkpoint(model: ModelConfig, t
 def test_bad_model_and_engine_config_are_refused_before_submit(workdir: Path) -> None:
     for body, key in [
         ('[model]\npath = "/nonexistent/model"\n[generator]\n', "model.path"),
-        ('[generator.engine]\nbackend = "tgi"\n', "generator.engine"),
+        ('[generator.engine]\ntype = "tgi"\n', "generator.engine.type"),
         ("[generator]\nport = 70000\n", "generator.port"),
     ]:
         cfg = write_config(workdir, f'[run]\nname = "g"\nroot = "runs"\n[executor]\ntype = "local"\n{body}')
@@ -322,7 +323,7 @@ tasks = {tasks}
 poll_s = 0.5
 
 [generator.engine]
-backend = "{backend}"
+type = "{backend}"
 max_model_len = 1024
 {extra}
 """
@@ -341,7 +342,7 @@ def _tb_scalars(folder: Path, version: int) -> dict[str, list[float]] | None:
 
 def _wait_endpoints(run_dir: Path, n: int, timeout: float, version: int | None = None) -> list[Any]:
     def ready() -> list[Any] | None:
-        eps = read_endpoints(run_dir, stale_s=10)
+        eps = read_endpoints(run_dir, stale_s=10, now=time.time())
         ok = len(eps) == n and (version is None or all(e.version == version for e in eps))
         return eps if ok else None
 

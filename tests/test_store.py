@@ -17,7 +17,7 @@ import torch
 import zarr
 from store_worker import make_samples
 
-from rl.checkpoint import LearnerCheckpoints
+from rl.learner.checkpoints import LearnerCheckpoints
 from rl.store import BadRollout, CorruptData, Cursor, Store, StoreError, UnknownVersion
 
 WORKER = [sys.executable, str(Path(__file__).with_name("store_worker.py"))]

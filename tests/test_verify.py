@@ -11,9 +11,13 @@ import pytest
 from conftest import sarl
 
 from rl.store import Store
-from rl.taskpool import TaskPool, duplicates, keep_group, validate
-from rl.tasks import Task, TaskError, import_humaneval, read_tasks, write_tasks
-from rl.verify import Verifier, VerifyConfig, aggregate, static_score
+from rl.tasks.format import Task, TaskError, read_tasks, write_tasks
+from rl.tasks.importers import import_humaneval
+from rl.tasks.pool import TaskPool, keep_group
+from rl.tasks.validation import duplicates, validate
+from rl.verify.checks import aggregate, static_score
+from rl.verify.config import VerifyConfig
+from rl.verify.verifier import Verifier
 
 HUMANEVAL = import_humaneval()
 TASK0 = HUMANEVAL[0]  # has_close_elements(numbers, threshold) -> bool

@@ -15,7 +15,6 @@ weights, dtype, prompts and sampling, in one process and one run.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -47,7 +46,8 @@ def _tok_s(engine: Any, prompts: list[list[int]], params: Any, reps: int) -> flo
     return statistics.median(rates)
 
 
-def bench_generate(args: argparse.Namespace) -> int:
+def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The figures, and the lines that show them beside their baselines."""
     import torch
     from safetensors.torch import load_file, save_file
     from tqdm import tqdm
@@ -126,19 +126,19 @@ def bench_generate(args: argparse.Namespace) -> int:
     r["speedup_b8"] = r["vllm_tok_s_b8"] / r["hf_tok_s_b8"]
     r["reload_ratio"] = r["reload_s"] / r["safetensors_load_s"]
     r = {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
-    if args.json:
-        print(json.dumps(r))
-        return 0
-    print(f"generate: SmolLM2-135M-Instruct, {args.dtype}, {params.max_tokens} tokens per row, median of {reps}")
-    print(f"  batch 1   vllm {r['vllm_tok_s_b1']:8.1f} tok/s   hf {r['hf_tok_s_b1']:8.1f} tok/s   {r['speedup_b1']}x")
-    print(
+    lines: list[str] = []
+    lines.append(f"generate: SmolLM2-135M-Instruct, {args.dtype}, {params.max_tokens} tokens per row, median of {reps}")
+    lines.append(
+        f"  batch 1   vllm {r['vllm_tok_s_b1']:8.1f} tok/s   hf {r['hf_tok_s_b1']:8.1f} tok/s   {r['speedup_b1']}x"
+    )
+    lines.append(
         f"  batch 8   vllm {r['vllm_tok_s_b8']:8.1f} tok/s   hf {r['hf_tok_s_b8']:8.1f} tok/s   "
         f"{r['speedup_b8']}x (target >= 1.5)"
     )
-    print(
+    lines.append(
         f"  reload {r['weights_mb']} MB into the live engine {r['reload_s']:.3f} s   "
         f"from safetensors {r['safetensors_load_s']:.3f} s   {r['reload_ratio']}x (target <= 2)"
     )
-    print(f"  (safetensors file copied into torch tensors, no engine: {r['safetensors_to_torch_s']:.3f} s)")
-    print(f"  engine start: vllm {r['vllm_start_s']:.1f} s, hf {r['hf_start_s']:.1f} s")
-    return 0
+    lines.append(f"  (safetensors file copied into torch tensors, no engine: {r['safetensors_to_torch_s']:.3f} s)")
+    lines.append(f"  engine start: vllm {r['vllm_start_s']:.1f} s, hf {r['hf_start_s']:.1f} s")
+    return r, lines

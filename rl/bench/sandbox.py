@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -87,7 +86,8 @@ def _rate(workers: int, total: int, make: Callable[[], Callable[[], Any]]) -> fl
     return sum(done) / (time.perf_counter() - t0)
 
 
-def bench_sandbox(args: argparse.Namespace) -> int:
+def bench_sandbox(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The figures, and the lines that show them beside their baselines."""
     from tqdm import tqdm
 
     from sandboxes.bwrap import BwrapSandbox
@@ -153,21 +153,19 @@ def bench_sandbox(args: argparse.Namespace) -> int:
         "cores": cores,
         "samples": {"starts": starts, "snippets": snippets, "checks": checks},
     }
-    if args.json:
-        print(json.dumps(result))
-        return 0
+    lines: list[str] = []
     r = result
-    print(f"sandbox costs beside their baselines ({cores} cores):")
-    print(
+    lines.append(f"sandbox costs beside their baselines ({cores} cores):")
+    lines.append(
         f"  cold start (python3 -c pass)  sandbox {r['cold_start_ms']:.1f} ms   plain {r['plain_start_ms']:.1f} ms"
         f"   overhead {r['cold_start_overhead_ms']:.1f} ms (target <= 10)"
     )
-    print(
+    lines.append(
         f"  resident snippet  p50 {r['resident_exec_p50_ms']:.2f} ms  p99 {r['resident_exec_p99_ms']:.2f} ms   "
         f"plain fork p50 {r['plain_fork_p50_ms']:.2f} ms  p99 {r['plain_fork_p99_ms']:.2f} ms   (target p50 <= 3)"
     )
-    print(
+    lines.append(
         f"  test scripts      {r['verifications_per_s']:.0f}/s sandboxed   {r['plain_verifications_per_s']:.0f}/s "
         f"plain forks   (target >= 150)"
     )
-    return 0
+    return result, lines

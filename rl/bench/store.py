@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import sys
@@ -61,7 +60,8 @@ def _timed_result(fn: Callable[[], Any]) -> tuple[float, Any]:
     return time.perf_counter() - t0, out
 
 
-def bench_store(args: argparse.Namespace) -> int:
+def bench_store(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The figures, and the lines that show them beside their baselines."""
     import torch
     from safetensors.torch import load_file, save_file
     from tqdm import tqdm
@@ -164,40 +164,40 @@ def bench_store(args: argparse.Namespace) -> int:
         "delta_detect_speedup": round(med["full"] / med["delta_detect"], 1),
         **rollout,
     }
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    print(f"weights: {result['params'] / 1e6:.1f}M params, {gb:.2f} GB fp32, median of {reps}")
-    print(
+    lines: list[str] = []
+    lines.append(f"weights: {result['params'] / 1e6:.1f}M params, {gb:.2f} GB fp32, median of {reps}")
+    lines.append(
         f"  publish  sarl {result['sarl_publish_gbps']:.2f} GB/s   safetensors save "
         f"{result['safetensors_save_gbps']:.2f} GB/s   ratio {result['publish_ratio']} (target >= 0.8)"
     )
-    print(
+    lines.append(
         f"  load     sarl {result['sarl_load_gbps']:.2f} GB/s   safetensors load "
         f"{result['safetensors_load_gbps']:.2f} GB/s   ratio {result['load_ratio']} (target >= 0.8)"
     )
-    print(
+    lines.append(
         f"           without checksums {result['sarl_load_unverified_gbps']:.2f} GB/s   "
         f"ratio {result['load_unverified_ratio']}"
     )
-    print(
+    lines.append(
         f"  delta    {len(changed)} of {len(sd)} tensors changed: {result['delta_publish_s']:.3f} s vs full "
         f"{result['full_publish_s']:.3f} s   speedup {result['delta_speedup']} (target >= 10)"
     )
-    print(
+    lines.append(
         f"           found by checksum instead of named: {result['delta_detect_publish_s']:.3f} s, speedup "
         f"{result['delta_detect_speedup']}"
     )
-    print(f"rollouts: batches of 512 samples x {rollout['tokens_per_sample']} tokens, {rollout['batches']} batches")
-    print(
+    lines.append(
+        f"rollouts: batches of 512 samples x {rollout['tokens_per_sample']} tokens, {rollout['batches']} batches"
+    )
+    lines.append(
         f"  write    sarl {rollout['rollout_write_rps']:,.0f} rec/s   zarr API {rollout['zarr_api_write_rps']:,.0f}"
         f" rec/s   (target >= 50,000)"
     )
-    print(
+    lines.append(
         f"  read     sarl {rollout['rollout_read_rps']:,.0f} rec/s   zarr API {rollout['zarr_api_read_rps']:,.0f}"
         f" rec/s   (target >= 200,000)"
     )
-    return 0
+    return result, lines
 
 
 def _bench_rollouts(work: Path, batches: int, sample_cls: Any, store_cls: Any) -> dict[str, Any]:

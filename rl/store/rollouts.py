@@ -37,7 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from rl.store.zgroup import MARKER, StoreError, read_group, read_marker, sweep_temporaries, write_committed
+from rl.fsio import sweep_temporaries
+from rl.store.zgroup import MARKER, StoreError, read_group, read_marker, write_committed
 
 TIMINGS = ("generate_s", "execute_s", "verify_s")
 _WRITER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -66,7 +67,9 @@ class Sample:
     reward: float
     """Aggregated reward of the episode."""
     checks: dict[str, float] = field(default_factory=dict)
-    """Each verification check's score, by name."""
+    """Each verification check's score, by name: the same names in every
+    sample of a batch, NaN where a check did not apply to the task (never
+    infinite). `rl.verify.verifier.Verdict.sample_checks()` gives this form."""
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds spent: generate_s, execute_s, verify_s."""
     failure: str = ""
@@ -142,6 +145,12 @@ def _columns(samples: Sequence[Sample]) -> tuple[dict[str, np.ndarray], list[str
             raise BadRollout(f"sample {i} ({s.task_id!r}): checks {sorted(s.checks)} differ from the batch's {names}")
         if not math.isfinite(s.reward):
             raise BadRollout(f"sample {i} ({s.task_id!r}): reward is {s.reward}")
+        for name, score in s.checks.items():
+            if not isinstance(score, int | float) or math.isinf(score):
+                raise BadRollout(
+                    f"sample {i} ({s.task_id!r}): checks[{name!r}] is {score!r}; "
+                    "a score is a finite number, or NaN where the check does not apply"
+                )
         if s.timings and not s.timings.keys() <= _TIMING_KEYS:
             raise BadRollout(
                 f"sample {i} ({s.task_id!r}): unknown timings {sorted(set(s.timings) - _TIMING_KEYS)}; "

@@ -34,18 +34,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from rl.rundir import atomic_write
-from rl.store.zgroup import (
-    CorruptData,
-    StoreError,
-    array_metadata,
-    checksum,
-    chunk_key,
-    group_metadata,
-    map_chunk,
-    sweep_temporaries,
-    temporary_name,
-)
+from rl.fsio import atomic_write, commit_dir, sweep_temporaries
+from rl.store.zgroup import CorruptData, StoreError, array_metadata, checksum, chunk_key, group_metadata, map_chunk
 
 MANIFEST = "manifest.json"
 ALIGN = 64
@@ -206,26 +196,16 @@ class WeightStore:
             "tensors": entries,
         }
 
-        self.folder.mkdir(parents=True, exist_ok=True)
-        final = self.path(version)
-        tmp = temporary_name(final)
-        try:
+        def build(tmp: Path) -> None:
             self._write_blob(tmp, [(_raw(tensors[n]), entries[n]["offset"]) for n in to_write], offset)
-            atomic_write(tmp / MANIFEST, json.dumps(manifest))
-            os.rename(tmp, final)
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if (final / MANIFEST).exists():  # a concurrent publisher committed it first
-                return Published(version, kind, 0, 0, committed=False)
-            raise
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            (tmp / MANIFEST).write_text(json.dumps(manifest))
+
+        if not commit_dir(self.path(version), build):  # a concurrent publisher committed it first
+            return Published(version, kind, 0, 0, committed=False)
         return Published(version, kind, len(to_write), offset, committed=True)
 
     @staticmethod
     def _write_blob(tmp: Path, parts: list[tuple[np.ndarray, int]], size: int) -> None:
-        tmp.mkdir(parents=True)
         (tmp / "zarr.json").write_bytes(group_metadata({"sarl": "weights"}))
         (tmp / "data").mkdir()
         (tmp / "data" / "zarr.json").write_bytes(array_metadata(np.dtype(np.uint8), (size,)))

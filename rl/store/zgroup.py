@@ -10,7 +10,7 @@ temporary name next to its final name and renamed into place in one step:
   * a second writer of the same name loses the rename and learns that the
     group already exists: that is how writes are made idempotent;
   * a writer killed mid-way leaves only a dot-named folder, which
-    `sweep_temporaries` removes.
+    `rl.fsio.sweep_temporaries` removes.
 
 Metadata (`zarr.json`) is produced by zarr itself, so `zarr.open_group` reads
 every group the store writes (a test checks it). Chunk bytes move with plain
@@ -22,24 +22,24 @@ Files per group: 1 (group zarr.json) + 2 per array (zarr.json, chunk `c.0`)
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import mmap
 import os
-import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import xxhash
 
+from rl.errors import SarlError
+from rl.fsio import commit_dir
+
 MARKER = "_COMMIT.json"
 
 
-class StoreError(RuntimeError):
+class StoreError(SarlError, RuntimeError):
     """Base of the store's errors."""
 
 
@@ -129,8 +129,7 @@ def _as_le(a: np.ndarray) -> np.ndarray:
 
 
 def write_group(tmp: Path, arrays: dict[str, np.ndarray], attrs: dict[str, Any], marker: dict[str, Any]) -> None:
-    """Write a group into the (new) folder `tmp`; the marker last."""
-    tmp.mkdir(parents=True)
+    """Write a group into the new, empty folder `tmp`; the marker last."""
     _write_file(tmp / "zarr.json", group_metadata(attrs))
     listing = {}
     for name, a in arrays.items():
@@ -143,54 +142,14 @@ def write_group(tmp: Path, arrays: dict[str, np.ndarray], attrs: dict[str, Any],
     _write_file(tmp / MARKER, json.dumps({**marker, "arrays": listing, "committed_at": time.time()}).encode())
 
 
-def temporary_name(final: Path) -> Path:
-    return final.parent / f".{final.name}.tmp-{uuid.uuid4().hex[:12]}"
-
-
-def commit(tmp: Path, final: Path) -> bool:
-    """Rename `tmp` to `final`. False (and `tmp` removed) if `final` exists."""
-    try:
-        os.rename(tmp, final)
-        return True
-    except OSError:
-        if final.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-            return False
-        raise
-
-
 def write_committed(
     final: Path,
     arrays: dict[str, np.ndarray],
     attrs: dict[str, Any] | None = None,
     marker: dict[str, Any] | None = None,
 ) -> bool:
-    """Write and commit a group at `final`. False if it was already committed."""
-    if (final / MARKER).exists():
-        return False
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_name(final)
-    try:
-        write_group(tmp, arrays, attrs or {}, marker or {})
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return commit(tmp, final)
-
-
-def sweep_temporaries(folder: Path, older_than_s: float = 0.0) -> int:
-    """Remove uncommitted (dot-named) groups left in `folder` by dead writers."""
-    n = 0
-    if not folder.is_dir():
-        return 0
-    now = time.time()
-    for p in folder.iterdir():
-        if p.name.startswith(".") and (".tmp-" in p.name or ".deleting-" in p.name):
-            with contextlib.suppress(FileNotFoundError):
-                if now - p.stat().st_mtime >= older_than_s:
-                    shutil.rmtree(p, ignore_errors=True)
-                    n += 1
-    return n
+    """Write and commit a group at `final` (rl.fsio.commit_dir). False if it was already committed."""
+    return commit_dir(final, lambda tmp: write_group(tmp, arrays, attrs or {}, marker or {}))
 
 
 # ------------------------------------------------------------------ reading

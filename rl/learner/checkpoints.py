@@ -16,7 +16,6 @@ because their effect on the model was lost with the crash.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 from collections.abc import Callable
@@ -24,9 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rl.rundir import atomic_write, write_json
+from rl.fsio import CorruptFile, atomic_write, commit_dir, read_json, sweep_temporaries, write_json
 from rl.store.rollouts import Cursor
-from rl.store.zgroup import sweep_temporaries, temporary_name
 
 
 @dataclass
@@ -51,19 +49,15 @@ class LearnerCheckpoints:
     ) -> Path:
         self.folder.mkdir(parents=True, exist_ok=True)
         final = self.folder / f"step-{step:010d}"
-        if (final / "meta.json").exists():
-            raise FileExistsError(f"{final}: checkpoint of step {step} exists")
-        tmp = temporary_name(final)
-        tmp.mkdir()
-        try:
+
+        def build(tmp: Path) -> None:
             if write_payload is not None:
                 write_payload(tmp)
             write_json(tmp / "cursor.json", cursor.to_json())
             write_json(tmp / "meta.json", {"step": step, **(meta or {})})
-            os.rename(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+
+        if not commit_dir(final, build):
+            raise FileExistsError(f"{final}: checkpoint of step {step} exists")
         atomic_write(self.folder / "LATEST", final.name + "\n")
         for old in self._complete()[:-keep]:
             shutil.rmtree(self.folder / old, ignore_errors=True)
@@ -78,12 +72,18 @@ class LearnerCheckpoints:
         )
 
     def latest(self) -> Checkpoint | None:
-        """The newest complete checkpoint. The rename into place is the commit:
-        LATEST, written after it, may lag by one (a crash between the two) and
-        is only a pointer for people and tools."""
-        complete = self._complete()
-        if not complete:
-            return None
-        path = self.folder / complete[-1]
-        meta = json.loads((path / "meta.json").read_text())
-        return Checkpoint(meta["step"], Cursor.from_json(json.loads((path / "cursor.json").read_text())), meta, path)
+        """The newest complete checkpoint that can be read. The rename into
+        place is the commit: LATEST, written after it, may lag by one (a crash
+        between the two) and is only a pointer for people and tools. A
+        checkpoint whose meta or cursor is unreadable is passed over for the
+        one before it, and named in `self.skipped`."""
+        self.skipped: list[str] = []
+        for name in reversed(self._complete()):
+            path = self.folder / name
+            try:
+                meta = read_json(path / "meta.json")
+                cursor = Cursor.from_json(read_json(path / "cursor.json"))
+                return Checkpoint(int(meta["step"]), cursor, meta, path)
+            except (CorruptFile, KeyError, TypeError, ValueError) as e:
+                self.skipped.append(f"{path}: {e}")
+        return None

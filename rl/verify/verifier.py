@@ -18,7 +18,7 @@
 
 Each check is run after the episode in a fresh sandbox (from a warm pool,
 reset) with pristine copies of the task's files; the tests never touch the
-sandbox's filesystem (see rl.verify_runner). The reward aggregates the checks
+sandbox's filesystem (see rl.verify.runner). The reward aggregates the checks
 with configured weights; gated checks (security by default) zero the reward
 when they fail. Every score is recorded, and each verification is appended to
 the audit log.
@@ -31,6 +31,7 @@ reward hacking. Change `verify.weights` to use the others.
 from __future__ import annotations
 
 import json
+import math
 import os
 import threading
 import time
@@ -38,11 +39,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rl.tasks import Task
-from rl.verify_config import VerifyConfig
+from rl.tasks.format import Task
+from rl.verify.checks import aggregate, efficiency_score, final_state_score, static_score
+from rl.verify.config import CHECKS, VerifyConfig
 from sandboxes.config import Limits, SandboxConfig
 
-RUNNER = (Path(__file__).with_name("verify_runner.py")).read_text()
+RUNNER = (Path(__file__).with_name("runner.py")).read_text()
 
 
 @dataclass
@@ -65,36 +67,13 @@ class Verdict:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
-
-def static_score(source: str) -> tuple[float, str]:
-    """1.0 when the source compiles and pyflakes reports nothing; less per message."""
-    try:
-        compile(source, "solution.py", "exec")
-    except (SyntaxError, ValueError) as e:
-        return 0.0, f"syntax: {e}"
-    try:
-        from pyflakes.api import check as flakes_check
-        from pyflakes.reporter import Reporter
-    except ImportError:
-        return 1.0, ""
-    import io
-
-    out, err = io.StringIO(), io.StringIO()
-    n = flakes_check(source, "solution.py", Reporter(out, err))
-    return max(0.0, 1.0 - 0.25 * n), out.getvalue().strip().splitlines()[0] if n else ""
-
-
-def aggregate(checks: dict[str, float | None], cfg: VerifyConfig) -> float:
-    for gate in cfg.gates:
-        if checks.get(gate) == 0.0:
-            return 0.0
-    num = den = 0.0
-    for name, w in cfg.weights.items():
-        score = checks.get(name)
-        if score is not None and w > 0:
-            num += w * score
-            den += w
-    return round(num / den, 6) if den else 0.0
+    def sample_checks(self) -> dict[str, float]:
+        """The checks as a rollout batch stores them (`rl.store.Sample.checks`):
+        every check of the fixed vocabulary `CHECKS`, its score, or NaN where
+        it does not apply to the task. Every verdict has the same keys, so
+        samples of any mix of tasks share one batch."""
+        scores = {name: self.checks.get(name) for name in CHECKS}
+        return {name: math.nan if score is None else float(score) for name, score in scores.items()}
 
 
 class Verifier:
@@ -148,8 +127,8 @@ class Verifier:
             "static": static,
             "stability": 0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
             "security": 0.0 if run.get("events") else 1.0,
-            "efficiency": _efficiency(run.get("duration_s", 0.0), task.limits.wall_s, limit),
-            "final_state": _final_state(task, final_files),
+            "efficiency": efficiency_score(run.get("duration_s", 0.0), task.limits.wall_s, limit),
+            "final_state": final_state_score(task, final_files),
         }
         failure = ""
         if run.get("error"):
@@ -200,7 +179,10 @@ class Verifier:
         limits = Limits(wall_s=task.limits.wall_s, memory_mb=task.limits.memory_mb, cpu_s=task.limits.wall_s)
         files: dict[str, bytes | str] = {f"/sandbox/{path}": content for path, content in task.files.items()}
         files["/sandbox/solution.py"] = solution
-        sb = self.pool.take()
+        try:
+            sb = self.pool.take()
+        except SandboxError as e:  # no sandbox could be started: this sample's verdict says so
+            return {"error": f"sandbox failed: {e}"}
         try:  # files, run and reset in one round trip to the sandbox
             r = sb.run_snippet(
                 RUNNER,  # the same code every time: compiled once by the agent
@@ -245,17 +227,3 @@ class Verifier:
         with ThreadPoolExecutor(self.workers) as ex:
             list(ex.map(one, range(len(jobs))))
         return [v for v in out if v is not None]
-
-
-def _efficiency(duration: float, wall: float, limit: str | None) -> float:
-    if limit:
-        return 0.0
-    return 1.0 if duration <= wall / 4 else (0.5 if duration <= wall else 0.0)
-
-
-def _final_state(task: Task, files: dict[str, str] | None) -> float | None:
-    if not task.expected_files:
-        return None
-    files = files or {}
-    hits = sum(files.get(path) == content for path, content in task.expected_files.items())
-    return hits / len(task.expected_files)

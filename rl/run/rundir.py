@@ -11,8 +11,8 @@
       tb/               TensorBoard event files, one folder per role
       logs/             submitit folders, ROLE/ per role
 
-Every file is written under a private temporary name and renamed into place,
-so a reader sees the old content or the new one, never a torn write.
+Every file is committed through rl.fsio: a reader sees the old content or the
+new one, never a torn write.
 """
 
 from __future__ import annotations
@@ -21,44 +21,15 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rl.config import Config, ConfigError, dump_toml, load_config, to_plain, unsafe_changes, validate_config
+from rl.fsio import atomic_write, commit_dir, read_json, write_json
 
 SUBDIRS = ("store.zarr", "checkpoints", "heartbeats", "submissions", "endpoints", "tb", "logs")
-
-
-def atomic_write(path: Path, data: str | bytes) -> None:
-    """Write `data` to `path` through a temporary file and one rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def write_json(path: Path, obj: Any) -> None:
-    atomic_write(path, json.dumps(obj, indent=1, sort_keys=True) + "\n")
-
-
-def read_json(path: Path) -> Any:
-    """The content of a JSON file, or None when it does not exist."""
-    try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        return None
 
 
 class RunDir:
@@ -94,16 +65,14 @@ class RunDir:
     def create(self, cfg: Config) -> None:
         """Create the run directory with its frozen config, all at once: it is
         built under a temporary name and renamed into place."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=self.path.parent, prefix=f".{self.path.name}.creating."))
-        try:
+
+        def build(tmp: Path) -> None:
             for sub in SUBDIRS:
                 (tmp / sub).mkdir()
-            atomic_write(tmp / "run.toml", dump_toml(cfg))
-            os.rename(tmp, self.path)  # fails if another submit created it first
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+            (tmp / "run.toml").write_text(dump_toml(cfg))
+
+        if not commit_dir(self.path, build):
+            raise FileExistsError(f"{self.path}: exists")  # another submit created it first
 
     def accept(self, new: Config, source: str) -> list[str]:
         """Check a config against the frozen one. Mid-run-safe changes are

@@ -13,10 +13,10 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rl.cluster import SubmitError, cancel_submission, submission_label, submit_role
-from rl.config import Config
-from rl.rundir import RunDir
-from rl.status import role_status
+from rl.config import Config, ConfigError
+from rl.run.executors import SubmitError, cancel_submission, submission_label, submit_role
+from rl.run.rundir import RunDir
+from rl.run.status import role_status
 
 
 @dataclass
@@ -27,17 +27,26 @@ class Submitted:
 
 
 def submit(cfg: Config, source: str, say: Callable[[str], None] = print) -> list[Submitted]:
+    """Create the run and submit every task of every role; into an existing
+    run, submit the tasks that are neither done nor alive (and say so)."""
+    cfg.require_roles(source)
     rd = RunDir(cfg.run_dir)
-    if rd.exists():
-        with rd.lock():
-            changed = rd.accept(cfg, source)
-            if changed:
-                say(f"accepted mid-run changes: {', '.join(changed)}")
-            return _resubmit(rd, rd.config())
-    try:
-        rd.create(cfg)
-    except FileExistsError:  # a concurrent submit created it first: resume instead
-        return submit(cfg, source, say)
+    if not rd.exists():
+        try:
+            rd.create(cfg)
+        except FileExistsError:
+            if not rd.exists():
+                raise ConfigError(
+                    f"{source}: run.name: {rd.path} exists and is not a run directory (no run.toml); "
+                    "choose another run.name or run.root"
+                ) from None
+            # a concurrent submit created it first: go on as into an existing run
+        else:
+            return _submit_new(rd, cfg)
+    return resume(rd, cfg, source, say)
+
+
+def _submit_new(rd: RunDir, cfg: Config) -> list[Submitted]:
     with rd.lock():
         done: list[Submitted] = []
         try:
@@ -51,11 +60,40 @@ def submit(cfg: Config, source: str, say: Callable[[str], None] = print) -> list
     return done
 
 
-def resume(rd: RunDir, cfg: Config | None = None, source: str = "") -> list[Submitted]:
+def resume(
+    rd: RunDir, cfg: Config | None = None, source: str = "", say: Callable[[str], None] = print
+) -> list[Submitted]:
+    """Resubmit the tasks of a run that are neither done nor alive, after
+    accepting the mid-run-safe changes of `cfg`; say what was resubmitted,
+    or why nothing was."""
     with rd.lock():
         if cfg is not None:
-            rd.accept(cfg, source)
-        return _resubmit(rd, rd.config())
+            changed = rd.accept(cfg, source)
+            if changed:
+                say(f"accepted mid-run changes: {', '.join(changed)}")
+        frozen = rd.config()
+        subs = _resubmit(rd, frozen)
+    if subs:
+        say(f"resumed {rd.path}: " + ", ".join(f"{s.role} tasks {_spans(s.tasks)}" for s in subs))
+    else:
+        counts = {role: role_status(rd, role, rc.tasks).counts for role, rc in frozen.roles().items()}
+        say(
+            f"nothing to resubmit in {rd.path}: every task is done or alive ("
+            + "; ".join(f"{role}: {c['done']} done, {c['running'] + c['pending']} alive" for role, c in counts.items())
+            + ")"
+        )
+    return subs
+
+
+def _spans(tasks: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5"."""
+    out: list[str] = []
+    for t in tasks:
+        if out and out[-1].split("-")[-1] == str(t - 1):
+            out[-1] = f"{out[-1].split('-')[0]}-{t}"
+        else:
+            out.append(str(t))
+    return ",".join(out)
 
 
 def _resubmit(rd: RunDir, cfg: Config) -> list[Submitted]:

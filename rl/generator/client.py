@@ -1,8 +1,7 @@
 """The client of the generator array, for rollout workers.
 
-Generators announce themselves in `RUN/endpoints/generator-NNNNNN.json`
-(address, port, loaded version, queue length, time), rewritten every few
-seconds. The client:
+Generators announce themselves in `RUN/endpoints/` (rl.generator.endpoint),
+rewritten every few seconds. The client:
 
 * discovers live generators from those files (older than `stale_s`: gone);
 * sends each request to the generator with the fewest requests in flight
@@ -32,26 +31,12 @@ from typing import Any
 
 from rl.engine import BadRequest, Completion
 from rl.engine.config import SamplingParams
+from rl.errors import SarlError
+from rl.generator.endpoint import ENDPOINTS, Endpoint, read_endpoints
 
-ENDPOINTS = "endpoints"
 
-
-class NoGenerator(RuntimeError):
+class NoGenerator(SarlError, RuntimeError):
     """No generator could serve the request within the attempts allowed."""
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    task: int
-    addr: str
-    port: int
-    version: int
-    queued: int
-    at: float
-
-    @property
-    def key(self) -> str:
-        return f"{self.addr}:{self.port}"
 
 
 @dataclass
@@ -61,26 +46,6 @@ class Response:
     outputs: list[list[Completion]]
     endpoint: Endpoint
     attempts: int
-
-
-def endpoint_path(run_dir: str | os.PathLike[str], task: int) -> Path:
-    return Path(run_dir) / ENDPOINTS / f"generator-{task:06d}.json"
-
-
-def read_endpoints(run_dir: str | os.PathLike[str], stale_s: float) -> list[Endpoint]:
-    """Generators whose announcement is newer than `stale_s`."""
-    folder = Path(run_dir) / ENDPOINTS
-    now = time.time()
-    out = []
-    for f in sorted(folder.glob("generator-*.json")) if folder.is_dir() else []:
-        try:
-            d = json.loads(f.read_bytes())
-            ep = Endpoint(int(d["task"]), str(d["addr"]), int(d["port"]), int(d["version"]), int(d["queued"]), d["at"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # being replaced, or not ours
-        if now - ep.at <= stale_s:
-            out.append(ep)
-    return out
 
 
 class GeneratorClient:
@@ -112,7 +77,8 @@ class GeneratorClient:
         """Live generators, minus those this client saw fail recently."""
         now = time.monotonic()
         with self.lock:
-            return [e for e in read_endpoints(self.run_dir, self.stale_s) if self.dead_until.get(e.key, 0) <= now]
+            live = read_endpoints(self.run_dir, self.stale_s, time.time())
+            return [e for e in live if self.dead_until.get(e.key, 0) <= now]
 
     def _pick(self, eps: list[Endpoint]) -> Endpoint:
         with self.lock:

@@ -16,8 +16,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rl.cluster import LIVE_STATES, SubmitError, failure_text, local_state, slurm_states, submission_label
-from rl.rundir import RunDir, read_json
+from rl.fsio import read_json
+from rl.run.executors import LIVE_STATES, SubmitError, failure_text, local_state, slurm_states, submission_label
+from rl.run.rundir import RunDir
 
 
 @dataclass

@@ -25,7 +25,8 @@ from typing import Any
 import submitit
 
 from rl.config import Config, LocalExecutor, RoleConfig
-from rl.rundir import RunDir, read_json, write_json
+from rl.fsio import read_json, write_json
+from rl.run.rundir import RunDir
 
 
 def current_job_id() -> str:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
+
+from rl.schema import Section
 
 CHECKS = ("tests", "static", "stability", "security", "efficiency", "final_state")
 
 
-class VerifyConfig(BaseModel):
+class VerifyConfig(Section):
     """Weights and gates of the verification checks."""
-
-    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
     weights: dict[str, float] = Field(default_factory=lambda: {"tests": 1.0})
     """Weight of each check in the reward (checks not named weigh 0)."""

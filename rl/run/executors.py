@@ -34,15 +34,10 @@ from submitit.core.utils import JobPaths
 from submitit.local.local import LocalJob
 from submitit.slurm.slurm import SlurmJob
 
-from rl.config import Config, RoleConfig, SlurmExecutor
-from rl.role import Role
-from rl.rundir import RunDir
-
-ROLE_CLASSES = {
-    "smoke": "jobs.smoke:Smoke",
-    "validation": "jobs.validate:Validate",
-    "generator": "jobs.generator:Generator",
-}
+from rl.config import ROLES, Config, RoleConfig, SlurmExecutor
+from rl.errors import SarlError
+from rl.run.role import Role
+from rl.run.rundir import RunDir
 
 LIVE_STATES = {
     "PENDING",
@@ -60,12 +55,13 @@ LIVE_STATES = {
 }
 
 
-class SubmitError(RuntimeError):
+class SubmitError(SarlError, RuntimeError):
     """The scheduler refused a submission."""
 
 
 def role_class(name: str) -> type[Role]:
-    module, _, attr = ROLE_CLASSES[name].partition(":")
+    """The Role subclass that the jobs of role `name` run (rl.config.ROLES)."""
+    module, _, attr = ROLES[name].job_class.partition(":")
     cls: type[Role] = getattr(importlib.import_module(module), attr)
     return cls
 

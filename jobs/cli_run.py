@@ -1,0 +1,121 @@
+"""`sarl submit | status | cancel | resume`: a run's jobs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def add_commands(sub: Any) -> None:
+    from jobs.cli import add_overrides
+
+    q = sub.add_parser("submit", help="create (or resume) a run and submit its jobs; returns at once")
+    q.add_argument("config", type=Path, metavar="RUN.toml")
+    add_overrides(q)
+    q.set_defaults(handler=submit)
+
+    q = sub.add_parser("status", help="what each role's jobs are doing, and what failed and why")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("--json", action="store_true", help="print one JSON object")
+    q.add_argument("--all", action="store_true", help="list every task, done ones included")
+    q.add_argument(
+        "--wait",
+        action="store_true",
+        help="show a progress bar until every task is done or failed; exit 1 if any failed",
+    )
+    q.set_defaults(handler=status)
+
+    q = sub.add_parser("cancel", help="cancel every job of a run (their state stays; resume continues)")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.set_defaults(handler=cancel)
+
+    q = sub.add_parser("resume", help="resubmit the tasks of a run that are neither done nor running")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    add_overrides(q)
+    q.set_defaults(handler=resume)
+
+
+def run_dir(path: Path) -> Any:
+    """The run directory at `path`; a ConfigError naming it when there is none."""
+    from rl.errors import ConfigError
+    from rl.run.rundir import RunDir
+
+    rd = RunDir(path)
+    if not rd.exists():
+        raise ConfigError(f"{path}: not a run directory (no run.toml)")
+    return rd
+
+
+def submit(args: argparse.Namespace) -> int:
+    from rl.config import load_config
+    from rl.run.launch import submit as submit_run
+
+    cfg = load_config(args.config, args.overrides, args.cluster)
+    subs = submit_run(cfg, str(args.config), say=lambda m: print(m, file=sys.stderr))
+    _print_submitted(subs, cfg.run_dir)
+    return 0
+
+
+def resume(args: argparse.Namespace) -> int:
+    from rl.run.launch import resume as resume_run
+
+    rd = run_dir(args.run_dir)
+    new = rd.with_overrides(args.overrides, args.cluster) if args.overrides or args.cluster else None
+    subs = resume_run(rd, new, f"{rd.config_path} (with --set)", say=lambda m: print(m, file=sys.stderr))
+    _print_submitted(subs, rd.path)
+    return 0
+
+
+def cancel(args: argparse.Namespace) -> int:
+    from rl.run.launch import cancel as cancel_run
+
+    for line in cancel_run(run_dir(args.run_dir)):
+        print(f"cancelled {line}")
+    return 0
+
+
+def _print_submitted(subs: list[Any], path: Path) -> None:
+    for s in subs:
+        n = len(s.tasks)
+        print(f"Submitted {s.role} job {s.label} ({n} task{'s' if n != 1 else ''})")
+    if subs:
+        print(f"run directory: {path}", file=sys.stderr)
+
+
+def status(args: argparse.Namespace) -> int:
+    from jobs.output import emit_json
+    from rl.run.status import render, run_status
+
+    rd = run_dir(args.run_dir)
+    if not args.wait:
+        st = run_status(rd)
+        if args.json:
+            emit_json(st, indent=1)
+        else:
+            print(render(st, args.all))
+        return 0
+    from tqdm import tqdm
+
+    st = run_status(rd)
+    total = sum(r["tasks"] for r in st["roles"].values())
+    bar = tqdm(total=total, unit="task", desc="tasks done", file=sys.stderr)
+    while True:
+        counts = [r["counts"] for r in st["roles"].values()]
+        done = sum(c["done"] for c in counts)
+        failed = sum(c["failed"] for c in counts)
+        bar.n = done
+        bar.set_postfix(running=sum(c["running"] for c in counts), failed=failed)
+        bar.refresh()
+        if done + failed >= total:
+            break
+        time.sleep(1.0)
+        st = run_status(rd)
+    bar.close()
+    if args.json:
+        emit_json(st, indent=1)
+    else:
+        print(render(st, args.all))
+    return 1 if failed else 0

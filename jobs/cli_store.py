@@ -1,0 +1,35 @@
+"""`sarl store inspect`: the exchange store of a run."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def add_commands(sub: Any) -> None:
+    q = sub.add_parser("store", help="the exchange store of a run")
+    ssub = q.add_subparsers(dest="store_cmd", required=True, metavar="ACTION")
+    s = ssub.add_parser("inspect", help="weight versions, batches, consumed and unconsumed counts, sizes")
+    s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    s.add_argument("--json", action="store_true", help="print one JSON object")
+    s.set_defaults(handler=inspect)
+
+
+def inspect(args: argparse.Namespace) -> int:
+    from jobs.output import emit_json
+    from rl.errors import ConfigError
+    from rl.learner.checkpoints import LearnerCheckpoints
+    from rl.store.inspect import inspect as inspect_store
+    from rl.store.inspect import render
+
+    store = args.run_dir / "store.zarr"
+    if not store.is_dir():
+        raise ConfigError(f"{args.run_dir}: no store.zarr (not a run directory?)")
+    ckpt = LearnerCheckpoints(args.run_dir).latest()
+    info = inspect_store(store, ckpt.cursor if ckpt else None, ckpt.path.name if ckpt else None)
+    if args.json:
+        emit_json(info, indent=1)
+    else:
+        print(render(info))
+    return 0

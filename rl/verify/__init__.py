@@ -1,0 +1,1 @@
+"""Verification: the verifier, one function per check, and the in-sandbox runner."""

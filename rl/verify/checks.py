@@ -1,0 +1,53 @@
+"""The checks of a verification, one function each, and their aggregation
+into a reward (the list of checks and what each measures: rl.verify.verifier).
+A check that does not apply to a task scores None."""
+
+from __future__ import annotations
+
+from rl.tasks.format import Task
+from rl.verify.config import VerifyConfig
+
+
+def static_score(source: str) -> tuple[float, str]:
+    """1.0 when the source compiles and pyflakes reports nothing; less per message."""
+    try:
+        compile(source, "solution.py", "exec")
+    except (SyntaxError, ValueError) as e:
+        return 0.0, f"syntax: {e}"
+    try:
+        from pyflakes.api import check as flakes_check
+        from pyflakes.reporter import Reporter
+    except ImportError:
+        return 1.0, ""
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    n = flakes_check(source, "solution.py", Reporter(out, err))
+    return max(0.0, 1.0 - 0.25 * n), out.getvalue().strip().splitlines()[0] if n else ""
+
+
+def aggregate(checks: dict[str, float | None], cfg: VerifyConfig) -> float:
+    for gate in cfg.gates:
+        if checks.get(gate) == 0.0:
+            return 0.0
+    num = den = 0.0
+    for name, w in cfg.weights.items():
+        score = checks.get(name)
+        if score is not None and w > 0:
+            num += w * score
+            den += w
+    return round(num / den, 6) if den else 0.0
+
+
+def efficiency_score(duration: float, wall: float, limit: str | None) -> float:
+    if limit:
+        return 0.0
+    return 1.0 if duration <= wall / 4 else (0.5 if duration <= wall else 0.0)
+
+
+def final_state_score(task: Task, files: dict[str, str] | None) -> float | None:
+    if not task.expected_files:
+        return None
+    files = files or {}
+    hits = sum(files.get(path) == content for path, content in task.expected_files.items())
+    return hits / len(task.expected_files)
