@@ -400,6 +400,13 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         sarl("cancel", str(run_dir), cwd=workdir, check=False)
 
 
+def _health(ep: Any) -> dict[str, Any]:
+    """The generator's own account of its queue and engine (GET /health)."""
+    with urllib.request.urlopen(f"http://{ep.addr}:{ep.port}/health", timeout=10) as r:
+        health: dict[str, Any] = json.loads(r.read())
+    return health
+
+
 @pytest.mark.slurm
 def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
     workdir: Path, slurm: None, model_cache: Path, model: ModelConfig, tok: Any
@@ -424,7 +431,8 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
             target=lambda: (client.generate([p], {"max_tokens": 400, "ignore_eos": True}), long_done.set())
         )
         long.start()
-        time.sleep(1.0)
+        wait_for(lambda: _health(ep)["busy"], 60, "the long request to be admitted into the engine")
+        assert not long_done.is_set()
         short = client.generate([p], GREEDY)
         assert short.outputs[0][0].token_ids == before.outputs[0][0].token_ids
         assert not long_done.is_set()

@@ -561,3 +561,29 @@ def test_cannot_raise_its_limits_trace_the_agent_or_reach_devices(sb: BwrapSandb
     assert "ptrace -1" in lines
     devices = eval(lines[-1])
     assert not {"mem", "kmem", "sda", "vda", "port"} & set(devices) and "null" in devices
+
+
+def test_pool_refill_outlives_a_node_without_free_slots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """With every slot taken, the refill thread records why and keeps trying;
+    `take()` raises a SandboxError; once a slot frees up, the pool fills."""
+    import sandboxes.cgroups as cg
+    from sandboxes.base import SandboxError
+
+    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
+    monkeypatch.setattr(cg, "MAX_SLOTS", 1)
+    held = cg.Slot.acquire()
+    pool = WarmPool(SandboxConfig(), size=1)
+    try:
+        deadline = time.time() + 10
+        while not pool.last_error and time.time() < deadline:
+            time.sleep(0.1)
+        assert "slots of this node are taken" in pool.last_error and pool._thread.is_alive()
+        with pytest.raises(SandboxError, match="slots of this node are taken"):
+            pool.take()
+        held.release()
+        deadline = time.time() + 30
+        while pool.ready.qsize() < 1 and time.time() < deadline:
+            time.sleep(0.2)
+        assert pool.ready.qsize() == 1 and pool.last_error == ""
+    finally:
+        pool.close()

@@ -415,3 +415,25 @@ def test_a_checkpoint_renamed_into_place_counts_even_if_latest_lags(tmp_path: Pa
     last = ck.latest()
     assert last is not None and last.step == 2 and ("w", 0) in last.cursor
     ck.save(3, c)  # the next step does not collide with a committed one
+
+
+def test_verdicts_of_any_tasks_share_a_batch_with_nan_where_a_check_does_not_apply(tmp_path: Path) -> None:
+    import math
+
+    from rl.verify.config import CHECKS
+    from rl.verify.verifier import Verdict
+
+    plain = {"tests": 1.0, "static": 1.0, "stability": 1.0, "security": 1.0, "efficiency": 0.5, "final_state": None}
+    with_files = {**plain, "final_state": 0.5}
+    samples = make_samples("w0", 0, 2, 5)
+    for s, checks in zip(samples, (plain, with_files), strict=True):
+        s.checks = Verdict("t", 1.0, checks, True).sample_checks()
+        assert list(s.checks) == list(CHECKS)
+    store = Store(tmp_path)
+    assert store.writer("w0").write(0, samples)
+    batch = store.reader().read(("w0", 0))
+    final = batch.check_names.index("final_state")
+    assert math.isnan(batch.checks[0, final]) and batch.checks[1, final] == 0.5
+    samples[0].checks = {**samples[0].checks, "tests": math.inf}
+    with pytest.raises(BadRollout, match=r"checks\['tests'\] is inf"):
+        store.writer("w0").write(1, samples)

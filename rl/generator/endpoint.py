@@ -42,8 +42,8 @@ class Endpoint:
     """Scheduler id of its task."""
     backend: str = ""
     """Inference engine: `vllm` or `hf`."""
-    busy: int = 0
-    """Completions in the engine when it announced."""
+    busy: bool = False
+    """True when its engine had work as it announced."""
     served: int = 0
     """Prompts answered since it started."""
     tokens: int = 0
