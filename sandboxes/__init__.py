@@ -16,7 +16,28 @@ from typing import Any
 from sandboxes.base import ExecResult, SandboxDied, SandboxError
 from sandboxes.config import Limits, SandboxConfig
 
-__all__ = ["ExecResult", "Limits", "SandboxConfig", "SandboxDied", "SandboxError", "open_sandbox", "run_once"]
+__all__ = [
+    "ExecResult",
+    "Limits",
+    "SandboxConfig",
+    "SandboxDied",
+    "SandboxError",
+    "interpreter",
+    "open_sandbox",
+    "run_once",
+]
+
+
+def interpreter(cfg: SandboxConfig) -> tuple[str, list[str]]:
+    """(path of the runtime's Python inside the sandbox, the host trees it
+    shows besides /usr): what code inside may read without it counting as a
+    look at the host's secrets."""
+    if cfg.backend.type == "apptainer":
+        return "python3", []  # the image is the whole filesystem
+    from sandboxes.bwrap import Runtime
+
+    rt = Runtime(cfg.runtime, cfg.packages)
+    return rt.python, rt.trees
 
 
 def open_sandbox(cfg: SandboxConfig | None = None) -> Any:

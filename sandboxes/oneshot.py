@@ -34,7 +34,7 @@ def run_once(
     if cfg.network:
         raise SandboxError("a network allow-list needs a persistent sandbox (open_sandbox), not a one-shot run")
     limits = cfg.limits
-    runtime = Runtime(cfg.runtime)
+    runtime = Runtime(cfg.runtime, cfg.packages)
     slot = Slot.acquire()
     cg = Cgroups.create(slot.name, limits)
     rl = _rlimits(limits, cg)

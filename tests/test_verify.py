@@ -94,9 +94,17 @@ def test_security_check_gates_the_reward(verifier: Verifier) -> None:
     assert "socket.connect" in v.events
 
 
-def test_stability_counts_crashes_and_timeouts(verifier: Verifier) -> None:
+def test_stability_counts_crashes(verifier: Verifier) -> None:
     v = verifier.verify(TASK0, "    import os\n    os._exit(3)\n")
     assert v.checks["stability"] == 0.0 and v.checks["tests"] == 0.0
+
+
+def test_stability_counts_timeouts(verifier: Verifier) -> None:
+    # hangs on the 2 of 7 cases whose threshold is below 0.3; right on the others
+    hang = "    if threshold < 0.3:\n        while True:\n            pass\n" + TASK0.reference
+    v = verifier.verify(TASK0, hang)
+    assert v.checks["stability"] == pytest.approx(5 / 7), v
+    assert v.cases_passed == 5 and not v.passed
 
 
 def test_weights_and_gates_come_from_config() -> None:
@@ -372,3 +380,47 @@ def test_sarl_verify_takes_weights_from_a_run_config(tmp_path: Path) -> None:
     run.write_text('[run]\nname = "x"\n[smoke]\n[verify]\nweights = {speed = 1.0}\n')
     out = sarl("verify", str(tasks), str(samples), "--config", str(run), cwd=tmp_path, check=False)
     assert out.returncode == 2 and "verify.weights" in out.stderr and "unknown check(s) ['speed']" in out.stderr
+
+
+# ------------------------------------------------- one sample never sinks a batch
+
+
+HOSTILE = {
+    # an exception whose type name is the runner's result marker, raised on every case
+    "forged result marker": "    raise type('@@SARL-VERIFY@@', (Exception,), {})('@@SARL-VERIFY@@{}')\n",
+    # 30,000 `+` terms: the host-side compile recurses too deep
+    "deep expression": "    return " + "+".join(["1"] * 30_000) + "\n",
+    # 200 kB of code: more than the static check reads
+    "huge solution": "    x = 0\n" * 20_000 + "    return False\n",
+    # output that ends mid-line with the marker
+    "marker in output": "    print('@@SARL-VERIFY@@{\"cases\": []}', end='')\n    return True\n",
+}
+
+
+def test_every_hostile_sample_gets_a_verdict_and_the_batch_survives(verifier: Verifier) -> None:
+    jobs = [(TASK0, c) for c in HOSTILE.values()] + [(TASK0, TASK0.reference)]
+    verdicts = verifier.verify_many(jobs)
+    assert len(verdicts) == len(jobs)
+    by_name = dict(zip([*HOSTILE, "reference"], verdicts, strict=True))
+    for name in HOSTILE:
+        v = by_name[name]
+        assert v.reward < 1.0 and not v.passed and v.failure, (name, v)
+    assert by_name["reference"].passed and by_name["reference"].reward == 1.0
+    assert "too deeply nested" in by_name["deep expression"].failure or by_name["deep expression"].checks["static"] == 0
+    assert by_name["huge solution"].checks["static"] == 0.0
+
+
+def test_a_sandbox_that_cannot_start_gives_a_verdict_not_an_exception(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sandboxes.cgroups as cg
+
+    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
+    monkeypatch.setattr(cg, "MAX_SLOTS", 1)
+    held = cg.Slot.acquire()  # every slot of the node taken
+    try:
+        with Verifier(VerifyConfig(parallel=1)) as v:
+            verdict = v.verify(TASK0, TASK0.reference)
+        assert verdict.reward == 0.0 and "sandbox failed" in verdict.failure and "slots" in verdict.failure
+    finally:
+        held.release()

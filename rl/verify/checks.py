@@ -7,13 +7,24 @@ from __future__ import annotations
 from rl.tasks.format import Task
 from rl.verify.config import VerifyConfig
 
+MAX_STATIC_BYTES = 64 * 1024
+"""Largest solution the host-side static check reads: pyflakes costs about
+2.3 s per MB, and a sample must not buy verifier time with its length."""
+
 
 def static_score(source: str) -> tuple[float, str]:
-    """1.0 when the source compiles and pyflakes reports nothing; less per message."""
+    """1.0 when the source compiles and pyflakes reports nothing; less per
+    message; 0 for a source that does not compile, is too deep for the
+    compiler, or is longer than MAX_STATIC_BYTES."""
+    size = len(source.encode(errors="replace"))
+    if size > MAX_STATIC_BYTES:
+        return 0.0, f"static: the solution is {size} bytes, more than the {MAX_STATIC_BYTES} checked"
     try:
         compile(source, "solution.py", "exec")
     except (SyntaxError, ValueError) as e:
         return 0.0, f"syntax: {e}"
+    except (RecursionError, MemoryError) as e:
+        return 0.0, f"syntax: too deeply nested to compile ({type(e).__name__})"
     try:
         from pyflakes.api import check as flakes_check
         from pyflakes.reporter import Reporter
@@ -22,7 +33,10 @@ def static_score(source: str) -> tuple[float, str]:
     import io
 
     out, err = io.StringIO(), io.StringIO()
-    n = flakes_check(source, "solution.py", Reporter(out, err))
+    try:
+        n = flakes_check(source, "solution.py", Reporter(out, err))
+    except (RecursionError, MemoryError) as e:
+        return 0.0, f"static: too deeply nested to check ({type(e).__name__})"
     return max(0.0, 1.0 - 0.25 * n), out.getvalue().strip().splitlines()[0] if n else ""
 
 

@@ -29,22 +29,73 @@ import subprocess
 import sys
 import time
 
+MARKER = "@@SARL-VERIFY@@"
+
 CHILD = r"""
 import json, os, sys
-events = []
-def hook(name, args):
-    try:
-        if name in ("socket.connect", "socket.bind", "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn",
-                    "os.spawn", "os.kill", "os.fork", "ctypes.dlopen", "os.setuid", "os.chmod", "os.remove"):
-            events.append(name)
-        elif name == "open" and not isinstance(args[0], int):
-            path, mode = str(args[0]), str(args[1] or "r")
-            if ("w" in mode or "a" in mode or "+" in mode) and not path.startswith(("/sandbox", "/tmp")):
-                events.append("open-write:" + path)
-            elif path.startswith(("/etc/shadow", "/root", "/home", "/proc/1/", "/run/sarl")):
-                events.append("open:" + path)
-    except Exception:
-        pass
+def _install_audit(fd, trusted):
+    # The solution's forbidden actions, as its interpreter's audit hook sees
+    # them. Each event is written to the runner at once, through a pipe that
+    # only this closure names, before the action proceeds: clearing a list
+    # cannot erase it. If the pipe was closed or replaced, the hook raises,
+    # which aborts the action. What this cannot see: actions that raise no
+    # audit event (most of ctypes does raise one, and is flagged), and code
+    # that patches the interpreter's memory after an event already flagged it.
+    import stat as _stat
+    ident = os.fstat(fd)
+    ident = (ident.st_dev, ident.st_ino)
+    writable = ("/sandbox/", "/tmp/", "/dev/null")
+    secret = ("/etc/shadow", "/etc/gshadow", "/proc/1/", "/run/sarl", "/root", "/home", "/var/lib/sarl")
+    exact = {"socket.__new__", "socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg",
+             "os.system", "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.setuid", "os.setgid",
+             "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.addaudithook", "sys.settrace",
+             "sys.setprofile", "sys._current_frames", "sys.remote_exec"}
+    prefixes = ("subprocess.", "os.exec", "os.posix_spawn", "os.spawn", "pty.", "ctypes.", "_posixsubprocess.",
+                "socket.")
+    mutations = {"os.remove", "os.rename", "os.rmdir", "os.chmod", "os.chown", "os.truncate", "os.link",
+                 "os.symlink", "os.mkdir", "os.utime", "os.chflags", "os.lchown", "shutil.rmtree", "shutil.move"}
+    benign_socket = {"socket.gethostname", "socket.getaddrinfo", "socket.gethostbyname", "socket.getnameinfo"}
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+    def norm(path):
+        try:
+            path = os.fsdecode(path)
+        except TypeError:
+            return None
+        full = os.path.normpath(os.path.join(os.getcwd(), path))
+        return "/" + full.lstrip("/")  # POSIX keeps a leading "//": no way around the prefixes
+
+    def under(path, roots):
+        return any(path == r.rstrip("/") or path.startswith(r if r.endswith("/") else r + "/") for r in roots)
+
+    def report(event):
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != ident or not _stat.S_ISFIFO(st.st_mode):
+            raise PermissionError("the audit channel was tampered with")
+        os.write(fd, (json.dumps(event)[:400] + "\n").encode())
+
+    def hook(name, args):
+        if name == "open":
+            if isinstance(args[0], int):
+                return
+            path = norm(args[0])
+            if path is None:
+                return
+            mode, flags = args[1], args[2] if len(args) > 2 else 0
+            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & write_flags)
+            if writes and not under(path, writable):
+                report("open-write:" + path)
+            elif not writes and under(path, secret) and not under(path, trusted):
+                report("open:" + path)
+        elif name in mutations:
+            path = norm(args[0]) if args else None
+            if path is None or not under(path, writable):
+                report(name + ":" + str(path))
+        elif name in exact or (name.startswith(prefixes) and name not in benign_socket):
+            report(name)
+
+    sys.addaudithook(hook)
 def enc(v, depth=0):
     if depth > 50:
         return {"t": "opaque"}
@@ -65,7 +116,8 @@ ARGS = globals().get("ARGS") or sys.argv[1:]
 out = os.fdopen(int(ARGS[0]), "w", buffering=1)
 inp = os.fdopen(int(ARGS[1]), "r")
 os.dup2(os.open(os.devnull, os.O_RDWR), 0)
-sys.addaudithook(hook)  # after our own plumbing: from here on, everything is the solution's
+_install_audit(int(ARGS[3]), json.loads(ARGS[4]))  # after our own plumbing: from here on, all is the solution's
+del _install_audit
 ns = {"__name__": "solution"}
 try:
     exec(compile(open("/sandbox/solution.py").read(), "solution.py", "exec"), ns)
@@ -81,7 +133,6 @@ for line in inp:
         reply = {"nonce": req["nonce"], "ok": enc(value)}
     except BaseException as e:
         reply = {"nonce": req["nonce"], "error": type(e).__name__}
-    reply["events"] = events[:20]
     out.write(json.dumps(reply) + "\n")
 """
 
@@ -137,28 +188,32 @@ class LoadFailed(ChildDied):
     pass
 
 
-def fork_child(entry_point):
+def fork_child(entry_point, trusted):
     """A solution process forked from this one, before the tests arrive: it
-    holds none of them. It keeps only its two pipe ends; fds 0-2 are /dev/null."""
+    holds none of them. It keeps only its three pipe ends (replies, requests,
+    audit events); fds 0-2 are /dev/null."""
     r_out, w_out = os.pipe()
     r_in, w_in = os.pipe()
+    r_ev, w_ev = os.pipe()
     pid = os.fork()
     if pid == 0:
         try:
-            keep = sorted((w_out, r_in))
-            os.closerange(0, keep[0])
-            os.closerange(keep[0] + 1, keep[1])
-            os.closerange(keep[1] + 1, 65536)
+            keep = sorted((w_out, r_in, w_ev))
+            low = 0
+            for fd in keep:
+                os.closerange(low, fd)
+                low = fd + 1
+            os.closerange(low, 65536)
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 if fd != null:
                     os.dup2(null, fd)
-            exec(CHILD, {"__name__": "__child__", "ARGS": [w_out, r_in, entry_point]})
+            exec(CHILD, {"__name__": "__child__", "ARGS": [w_out, r_in, entry_point, w_ev, json.dumps(trusted)]})
         finally:
             os._exit(0)
-    os.close(w_out)
-    os.close(r_in)
-    return pid, r_out, w_in
+    for fd in (w_out, r_in, w_ev):
+        os.close(fd)
+    return pid, r_out, w_in, r_ev
 
 
 class Forked:
@@ -181,32 +236,74 @@ class Forked:
 
 
 class Child:
-    def __init__(self, python, entry_point, call_s, forked=None):
+    def __init__(self, python, entry_point, call_s, trusted, forked=None):
         self.call_s = call_s
         if forked is not None:
-            pid, self.r, self.w = forked
+            pid, self.r, self.w, self.ev = forked
             self.proc = Forked(pid)
         else:  # no clean fork left: a fresh interpreter, slower but as safe
             r_out, w_out = os.pipe()
             r_in, w_in = os.pipe()
+            r_ev, w_ev = os.pipe()
+            argv = [python, "-I", "-S", "-c", CHILD, str(w_out), str(r_in), entry_point, str(w_ev), json.dumps(trusted)]
             self.proc = subprocess.Popen(  # type: ignore[assignment]
-                [python, "-I", "-S", "-c", CHILD, str(w_out), str(r_in), entry_point],
+                argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                pass_fds=(w_out, r_in),
+                pass_fds=(w_out, r_in, w_ev),
                 close_fds=True,
                 cwd="/sandbox",
             )
-            os.close(w_out)
-            os.close(r_in)
-            self.r = r_out
-            self.w = w_in
+            for fd in (w_out, r_in, w_ev):
+                os.close(fd)
+            self.r, self.w, self.ev = r_out, w_in, r_ev
         self.buf = b""
-        self.events = []
-        hello = self._line(timeout=max(5.0, call_s))
+        self.evbuf = b""
+        self.events = set()
+        self.audit_open = True
+        self.ready = False
+
+    def wait_ready(self):
+        """Wait for the solution to load; its audit events so far are in `events`."""
+        try:
+            hello = self._line(timeout=max(5.0, self.call_s))
+        except ChildDied:
+            self.drain_events(alive=False)
+            raise
+        except CallTimeout:
+            self.drain_events()
+            raise
+        self.drain_events()
         if not hello.get("ready"):
             raise LoadFailed(hello.get("error", "solution did not load"))
+        self.ready = True
+
+    def drain_events(self, alive=True):
+        """Read the audit events the child has sent so far. The channel closed
+        while the child still answers (`alive`) is tampering, an event itself."""
+        while self.audit_open:
+            ready, _, _ = select.select([self.ev], [], [], 0)
+            if not ready:
+                break
+            chunk = os.read(self.ev, 1 << 16)
+            if not chunk:
+                self.audit_open = False
+                if alive:
+                    self.events.add("audit-channel-closed")
+                break
+            self.evbuf += chunk
+            if len(self.evbuf) > 1 << 20:
+                self.events.add("audit-flood")
+                self.evbuf = b""
+        lines = self.evbuf.split(b"\n")
+        self.evbuf = lines.pop()
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                event = "audit-garbled"
+            self.events.add(str(event)[:200])
 
     def _line(self, timeout):
         deadline = time.monotonic() + timeout
@@ -235,10 +332,17 @@ class Child:
             os.write(self.w, (json.dumps({"nonce": nonce, "args": args, "kwargs": kwargs}) + "\n").encode())
         except (BrokenPipeError, OSError):
             raise ChildDied("the solution's process ended")
-        reply = self._line(self.call_s)
+        try:
+            reply = self._line(self.call_s)
+        except ChildDied:
+            self.drain_events(alive=False)
+            raise
+        except CallTimeout:
+            self.drain_events()
+            raise
+        self.drain_events()
         if reply.get("nonce") != nonce:
             raise ChildDied("reply out of protocol")
-        self.events = reply.get("events", [])
         if "error" in reply:
             raise RuntimeError("candidate raised " + reply["error"])
         return dec(reply["ok"])
@@ -248,7 +352,7 @@ class Child:
             self.proc.kill()  # not waited for: the agent reaps the sandbox's processes after us
         except Exception:
             pass
-        for fd in (self.r, self.w):
+        for fd in (self.r, self.w, self.ev):
             try:
                 os.close(fd)
             except OSError:
@@ -296,6 +400,7 @@ def run(params, spares=()):
     spares = list(spares)
     python = params["python"]
     entry = params["entry_point"]
+    trusted = params.get("trusted_trees", [])
     call_s = params["call_s"]
     results: dict = {"cases": [], "crashes": 0, "timeouts": 0, "events": [], "load_error": None}
     ns: dict = {"__name__": "__tests__"}
@@ -318,27 +423,21 @@ def run(params, spares=()):
     state: dict = {"child": None}
     events = set()
 
-    def child():
-        if state["child"] is None:
-            state["child"] = Child(python, entry, call_s, forked=spares.pop(0) if spares else None)
-        return state["child"]
-
     def candidate(*args, **kwargs):
+        c = state["child"]
+        if c is None:
+            c = state["child"] = Child(python, entry, call_s, trusted, forked=spares.pop(0) if spares else None)
         try:
-            value = child().call(list(args), kwargs)
-        except CallTimeout:
-            results["timeouts"] += 1
-            state["child"].kill() if state["child"] else None
+            if not c.ready:
+                c.wait_ready()
+            return c.call(list(args), kwargs)
+        except (CallTimeout, ChildDied) as e:
+            results["timeouts" if isinstance(e, CallTimeout) else "crashes"] += 1
+            c.kill()
             state["child"] = None
             raise
-        except ChildDied:
-            results["crashes"] += 1
-            if state["child"] is not None:
-                state["child"].kill()
-            state["child"] = None
-            raise
-        events.update(state["child"].events)
-        return value
+        finally:
+            events.update(c.events)
 
     stmts = statements(check, param)
     if params.get("constants"):  # trusted code only, in this process: about a millisecond
@@ -379,7 +478,11 @@ if __name__ == "__main__":
         pass
     params = globals()["PARAMS"]  # a global set by the verifier: no tests in it
     os.chdir("/sandbox")
-    spares = [fork_child(params["entry_point"])]  # before the tests exist here
+    spares = [fork_child(params["entry_point"], params.get("trusted_trees", []))]  # before the tests exist here
     params["tests"] = sys.stdin.buffer.read().decode()  # streamed by the agent after our fork
-    sys.stdout.write("\n@@SARL-VERIFY@@" + json.dumps(run(params, spares)) + "\n")
+    # The result is the last line, after the marker. Strings in it come from the
+    # solution (exception messages, reprs): "@" is escaped so that the marker
+    # can never occur inside the payload, whatever the solution raises.
+    payload = json.dumps(run(params, spares)).replace("@", "\\u0040")
+    sys.stdout.write("\n" + MARKER + payload + "\n")
     sys.stdout.flush()

@@ -93,6 +93,9 @@ class Verifier:
         self.audit = Path(audit) if audit else None
         self._audit_lock = threading.Lock()
         self._floor: dict[str, float] = {}  # task_id -> best pass rate of a constant answer
+        from sandboxes import interpreter
+
+        self._python, self._trees = interpreter(self.sandbox)
 
     @property
     def workers(self) -> int:
@@ -108,8 +111,25 @@ class Verifier:
         self.close()
 
     def verify(self, task: Task, completion: str, final_files: dict[str, str] | None = None) -> Verdict:
-        """Verify `prompt + completion` against the task's tests."""
+        """Verify `prompt + completion` against the task's tests. Every sample
+        gets a verdict, whatever it contains: an error of the verifier itself
+        is a verdict with reward 0 whose failure starts with "verifier error"."""
         t0 = time.monotonic()
+        try:
+            return self._verify(task, completion, final_files, t0)
+        except Exception as e:  # noqa: BLE001 (one sample must never sink a batch)
+            verdict = Verdict(
+                task_id=task.task_id,
+                reward=0.0,
+                checks=dict.fromkeys(CHECKS),
+                passed=False,
+                failure=f"verifier error: {type(e).__name__}: {str(e)[:300]}",
+                duration_s=round(time.monotonic() - t0, 4),
+            )
+            self._log(verdict)
+            return verdict
+
+    def _verify(self, task: Task, completion: str, final_files: dict[str, str] | None, t0: float) -> Verdict:
         solution = task.prompt + completion
         static, static_why = static_score(solution)
         run = self._run_tests(task, solution, constants=task.task_id not in self._floor)
@@ -170,7 +190,8 @@ class Verifier:
         from sandboxes import SandboxError
 
         params = {
-            "python": "/usr/bin/python3" if task.runtime != "venv" else "python3",
+            "python": self._python,
+            "trusted_trees": self._trees,
             "entry_point": task.entry_point,
             "call_s": task.limits.call_s,
             "prompt": task.prompt,
@@ -197,12 +218,11 @@ class Verifier:
             sb.close()
             return {"error": f"sandbox failed: {e}"}
         self.pool.give(sb, clean=True)
-        out = r.stdout.decode(errors="replace")
-        marker = out.rfind("@@SARL-VERIFY@@")
-        if r.limit or marker < 0:
-            why = f"limit hit: {r.limit}" if r.limit else "the test runner ended without a result"
-            return {"limit": r.limit, "error": why, "duration_s": r.duration_s}
-        result: dict[str, Any] = json.loads(out[marker + len("@@SARL-VERIFY@@") :].strip().splitlines()[0])
+        if r.limit:
+            return {"limit": r.limit, "error": f"limit hit: {r.limit}", "duration_s": r.duration_s}
+        result = _runner_result(r.stdout)
+        if result is None:
+            return {"error": "the test runner ended without a readable result", "duration_s": r.duration_s}
         result["duration_s"] = r.duration_s
         return result
 
@@ -227,3 +247,22 @@ class Verifier:
         with ThreadPoolExecutor(self.workers) as ex:
             list(ex.map(one, range(len(jobs))))
         return [v for v in out if v is not None]
+
+
+RESULT_MARKER = "@@SARL-VERIFY@@"
+"""Starts the runner's result line (rl/verify/runner.py escapes "@" inside
+the payload, so the marker occurs there once, at the start of the last line)."""
+
+
+def _runner_result(stdout: bytes) -> dict[str, Any] | None:
+    """The runner's result: the JSON after the marker on the last line of its
+    output, or None when there is none or it does not parse."""
+    lines = stdout.decode(errors="replace").rstrip("\n").rsplit("\n", 1)
+    last = lines[-1]
+    if not last.startswith(RESULT_MARKER):
+        return None
+    try:
+        result = json.loads(last[len(RESULT_MARKER) :])
+    except (ValueError, RecursionError):
+        return None
+    return result if isinstance(result, dict) else None
