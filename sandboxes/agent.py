@@ -9,7 +9,10 @@ length, a 4-byte payload length, a JSON header, then the payload bytes.
            the resident executor, a few ms per call
   write    write a file under /sandbox or /tmp (payload: the content)
   read     read a file (reply payload: the content)
-  reset    kill every process, empty /sandbox and /tmp
+  reset    kill every process, empty /sandbox and /tmp, empty this uid's
+           keyrings, then start over as a fresh interpreter (exec): no byte
+           of the episode before stays in memory for the next one to find.
+           The new agent greets the host again
   ping     liveness
 
 After every exec or snippet it kills every other process of the sandbox's
@@ -416,6 +419,17 @@ def _wipe(root):
 NET = "/run/sarl/net"  # allow-listed ports: a Unix socket per port, relayed by the host
 
 
+def _start_over():
+    """Empty this uid's keyrings and exec a fresh agent on the same pipes."""
+    try:
+        import keys
+
+        keys.clear_user_keyrings()
+    except Exception:  # noqa: S110 (best effort: an unknown architecture has no keyring calls here)
+        pass
+    os.execv(sys.executable, getattr(sys, "orig_argv", [sys.executable, "-I", "-B", os.path.abspath(__file__)]))
+
+
 def serve():
     # modules snippets commonly need (the verifier's runner among them), imported
     # once here so that every forked snippet starts with them
@@ -473,7 +487,8 @@ def serve():
                 _kill_tree()
                 for root in (WORK, "/tmp"):
                     _wipe(root)
-                reply, data = {"ok": True}, b""
+                _send({"ok": True, "restarting": True})
+                _start_over()
             elif op == "ping":
                 reply, data = {"ok": True}, b""
             else:

@@ -33,12 +33,45 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandboxes import agent
+from sandboxes import agent, seccomp
 from sandboxes.base import ExecResult, SandboxDied, SandboxError
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
+from sandboxes.keys import fresh_keyrings
 
 AGENT_INSIDE = "/run/sarl/agent.py"
+
+
+def _with_requirements(names: list[str]) -> list[Any]:
+    """The installed distributions `names` and, transitively, what they
+    require (extras and environment markers that do not apply left out),
+    without the ones that ship task sets (sandboxes.config.ANSWER_KEYS)."""
+    import importlib.metadata as md
+    import re
+
+    from sandboxes.config import ANSWER_KEYS
+
+    out: dict[str, Any] = {}
+    todo = [(n, True) for n in names]
+    while todo:
+        name, asked = todo.pop()
+        key = re.sub(r"[-_.]+", "-", name).lower()
+        if key in out or key in ANSWER_KEYS:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            if asked:
+                raise SandboxError(f"runtime 'venv': sandbox.packages names {name!r}, which is not installed") from None
+            continue  # an optional requirement that is not installed
+        out[key] = dist
+        for req in dist.requires or []:
+            if "extra ==" in req or "extra==" in req:
+                continue
+            m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", req)
+            if m:
+                todo.append((m[1], False))
+    return list(out.values())
 
 
 class Runtime:
@@ -80,7 +113,6 @@ class Runtime:
             raise SandboxError(f"runtime {name!r}: {self.python} does not exist")
 
     def _venv(self, packages: list[str]) -> None:
-        import importlib.metadata as md
         import sysconfig
 
         base = Path(sys.base_prefix).resolve()
@@ -94,11 +126,7 @@ class Runtime:
         if not self.hidden:
             raise SandboxError(f"runtime 'venv': no site-packages found under {base}")
         inside = self.hidden[0]
-        for name in packages:
-            try:
-                dist = md.distribution(name)
-            except md.PackageNotFoundError:
-                raise SandboxError(f"runtime 'venv': sandbox.packages names {name!r}, which is not installed") from None
+        for dist in _with_requirements(packages):
             site = Path(str(dist.locate_file(""))).resolve()
             tops = sorted({f.parts[0] for f in dist.files or [] if f.parts and f.parts[0] not in ("..", "__pycache__")})
             for top in tops:
@@ -127,9 +155,11 @@ def bwrap_argv(
     with_agent: bool,
     host_dirs: dict[str, str] | None = None,
     net_dir: str | None = None,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """The bwrap command line that opens a sandbox (the command to run follows).
-    `host_dirs` binds host-mounted tmpfs at /sandbox and /tmp instead of private ones."""
+    `host_dirs` binds host-mounted tmpfs at /sandbox and /tmp instead of private ones;
+    `seccomp_fd` (from `seccomp_pipe()`, passed to the process) holds its syscall filter."""
     size = str(limits.disk_mb << 20)
     scratch = [
         "--size",
@@ -177,6 +207,7 @@ def bwrap_argv(
         "--hostname",
         "sandbox",
         "--die-with-parent",
+        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
         "--new-session",
         "--clearenv",
         "--setenv",
@@ -227,7 +258,8 @@ def bwrap_argv(
             agent.CG,
         ]
         argv += ["--ro-bind", str(Path(agent.__file__).resolve()), AGENT_INSIDE]
-        argv += ["--ro-bind", str(Path(agent.__file__).with_name("netrelay.py").resolve()), "/run/sarl/netrelay.py"]
+        for name in ("netrelay.py", "keys.py"):
+            argv += ["--ro-bind", str(Path(agent.__file__).with_name(name).resolve()), f"/run/sarl/{name}"]
         if net_dir:
             argv += ["--bind", net_dir, agent.NET]
         for name, path in (cg.counter_files() if cg else {}).items():
@@ -251,6 +283,19 @@ def bwrap_argv(
     return argv
 
 
+def seccomp_pipe() -> int | None:
+    """A pipe's read end holding the sandbox's seccomp filter (sandboxes.seccomp),
+    inheritable, for bwrap's `--seccomp`; None where no filter is known."""
+    prog = seccomp.program()
+    if prog is None:
+        return None
+    r, w = os.pipe()
+    os.write(w, prog)
+    os.close(w)
+    os.set_inheritable(r, True)
+    return r
+
+
 def _rlimits(limits: Limits, cg: Cgroups | None) -> dict[str, int]:
     """Per-process limits for the agent's children; they stand in for cgroups where those are missing."""
     out = {
@@ -265,8 +310,11 @@ def _rlimits(limits: Limits, cg: Cgroups | None) -> dict[str, int]:
     return out  # type: ignore[return-value]
 
 
+SYSCALLS = "seccomp: no AF_VSOCK, no user namespaces" if seccomp.program() else "none (no filter for this architecture)"
+
+
 def _enforced(cg: Cgroups | None) -> dict[str, str]:
-    base = {"wall_time": "agent", "output": "agent", "disk": "tmpfs"}
+    base = {"wall_time": "agent", "output": "agent", "disk": "tmpfs", "syscalls": SYSCALLS}
     if cg is None:
         return base | {
             "memory": "rlimit (per process)",
@@ -276,14 +324,20 @@ def _enforced(cg: Cgroups | None) -> dict[str, str]:
     return base | cg.enforced()
 
 
-def _join(procs_files: list[str]) -> Any:
-    def preexec() -> None:
-        pid = str(os.getpid())
-        for f in procs_files:
-            with open(f, "w") as fh:
-                fh.write(pid)
+def _join(procs_files: list[str]) -> None:
+    """Move the calling process into the sandbox's cgroups."""
+    pid = str(os.getpid())
+    for f in procs_files:
+        with open(f, "w") as fh:
+            fh.write(pid)
 
-    return preexec
+
+def prepare_child(slot: Slot, cg: Cgroups | None) -> None:
+    """What a sandbox's first process does before it execs bwrap: join the
+    sandbox's cgroups, and leave the host's keyrings behind (sandboxes.keys)."""
+    if cg is not None:
+        _join(cg.procs_files)
+    fresh_keyrings(slot.uid)
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -308,6 +362,7 @@ class BwrapSandbox:
         self._cg_limits = self.cfg.limits
         self.relays: Any = None
         self.proc: subprocess.Popen[bytes] | None = None
+        self._greeting = False
         try:
             self.cg = Cgroups.create(self.slot.name, self.cfg.limits)
             net_dir = None
@@ -318,16 +373,24 @@ class BwrapSandbox:
                 net_dir = str(SLOT_DIR / f"{self.slot.name}-net")
                 self.relays = HostRelays(self.cfg.network, net_dir)
             agent_python = self.runtime.python if self.runtime.name != "node" else "/usr/bin/python3"
-            argv = bwrap_argv(self.cfg.limits, self.slot, self.runtime, self.cg, with_agent=True, net_dir=net_dir)
-            argv += [agent_python, "-I", "-B", AGENT_INSIDE]
-            self.proc = subprocess.Popen(
-                argv,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                bufsize=0,
-                preexec_fn=_join(self.cg.procs_files) if self.cg else None,
+            filt = seccomp_pipe()
+            argv = bwrap_argv(
+                self.cfg.limits, self.slot, self.runtime, self.cg, with_agent=True, net_dir=net_dir, seccomp_fd=filt
             )
+            argv += [agent_python, "-I", "-B", AGENT_INSIDE]
+            try:
+                self.proc = subprocess.Popen(
+                    argv,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    bufsize=0,
+                    preexec_fn=lambda: prepare_child(self.slot, self.cg),
+                    pass_fds=(filt,) if filt is not None else (),
+                )
+            finally:
+                if filt is not None:
+                    os.close(filt)
             hello, _ = self._recv()
             if not hello.get("ready"):
                 raise SandboxError(f"sandbox agent did not start: {hello}")
@@ -358,6 +421,11 @@ class BwrapSandbox:
     def _call(self, header: dict[str, Any], payload: bytes = b"", stream: bytes = b"") -> tuple[dict[str, Any], bytes]:
         if self.proc is None or self.proc.poll() is not None:
             raise SandboxDied("sandbox is closed or dead")
+        if self._greeting:  # a restarted agent greets first
+            self._greeting = False
+            hello, _ = self._recv()
+            if not hello.get("ready"):
+                raise SandboxDied(f"sandbox agent did not start again: {hello}")
         assert self.proc.stdin is not None
         data = json.dumps(header).encode()
         try:
@@ -451,8 +519,11 @@ class BwrapSandbox:
         return self._call({"op": "read", "path": path, "max_bytes": max_bytes})[1]
 
     def reset(self) -> None:
-        """Forget the previous episode: every process killed, /sandbox and /tmp emptied."""
+        """Forget the previous episode: every process killed, /sandbox and /tmp
+        emptied, the slot uid's keyrings emptied, and the agent started over
+        as a fresh interpreter (its greeting is read before the next call)."""
         self._call({"op": "reset"})
+        self._greeting = True
 
     def close(self) -> None:
         if self.proc is not None:

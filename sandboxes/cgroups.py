@@ -9,10 +9,19 @@ than a sandbox start); whoever takes a slot first kills whatever a dead
 predecessor left in them, so a crashed worker leaves no process behind once
 its successor starts.
 
-cgroup v1 (memory, pids, cpuacct, freezer controllers under `sarl/<slot>`)
-and v2 (a `sarl-<slot>` child of this process's cgroup, where its
-controllers are delegated). Where neither is writable, `create` returns
-None and the sandbox falls back to rlimits, saying so in its results.
+Sandbox cgroups are children of this process's own cgroup, in v1 (memory,
+pids, cpuacct, freezer: `<own>/sarl/<slot>` per controller) and v2 (a
+`sarl-<slot>` child, where the controllers are delegated): a Slurm job's
+memory limit covers its sandboxes, and a node cannot be driven out of memory
+past the job's allocation. Where neither is writable, `create` returns None
+and the sandbox falls back to rlimits, saying so in its results
+(`enforced`, which also names the cgroup that governed).
+
+The slot folder holds the lock files and per-slot scratch. It must belong to
+this user and be writable by nobody else: a folder that another local user
+made first (with a symlink for a slot's scratch, or lock files to `flock`)
+is refused. Root uses /run/sarl-sandbox; others `$XDG_RUNTIME_DIR` or
+/tmp/sarl-sandbox-slots-UID, mode 0700.
 """
 
 from __future__ import annotations
@@ -30,8 +39,58 @@ from sandboxes.base import SandboxError
 from sandboxes.config import Limits
 
 V1 = Path("/sys/fs/cgroup")
-SLOT_DIR = Path(os.environ.get("SARL_SANDBOX_SLOTS", Path(tempfile.gettempdir()) / f"sarl-sandbox-slots-{os.getuid()}"))
+
+
+def _default_slot_dir() -> Path:
+    if "SARL_SANDBOX_SLOTS" in os.environ:
+        return Path(os.environ["SARL_SANDBOX_SLOTS"])
+    if os.geteuid() == 0:
+        return Path("/run/sarl-sandbox")
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime):
+        return Path(runtime) / "sarl-sandbox"
+    return Path(tempfile.gettempdir()) / f"sarl-sandbox-slots-{os.getuid()}"
+
+
+SLOT_DIR = _default_slot_dir()
 MAX_SLOTS = 4096
+CONTROLLERS = ("memory", "pids", "cpuacct", "freezer")
+
+
+def private_dir(path: Path) -> Path:
+    """`path` as a folder of this user's that nobody else can write (made 0700
+    if missing); a SandboxError if it is a symlink, another user's, or
+    writable by group or others."""
+    with contextlib.suppress(FileExistsError):
+        path.mkdir(mode=0o700, parents=True)
+    st = os.lstat(path)
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode):
+        raise SandboxError(f"{path}: expected a folder, found something else (a symlink?); refusing to use it")
+    if st.st_uid != os.geteuid():
+        raise SandboxError(f"{path} belongs to uid {st.st_uid}, not to this user; refusing to use it")
+    if st.st_mode & 0o022:
+        raise SandboxError(f"{path} is writable by other users (mode {oct(st.st_mode & 0o777)}); refusing to use it")
+    return path
+
+
+def kill_uid(uid: int) -> int:
+    """SIGKILL every process of `uid` (a slot's sandbox uid: only its
+    sandboxes run as it). What a dead predecessor on the slot left behind
+    dies, wherever its cgroup was."""
+    n = 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{name}").st_uid != uid:
+                continue
+            os.kill(int(name), signal.SIGKILL)
+            n += 1
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return n
 
 
 class Slot:
@@ -55,24 +114,30 @@ class Slot:
 
     @classmethod
     def acquire(cls) -> Slot:
-        SLOT_DIR.mkdir(parents=True, exist_ok=True)
+        folder = private_dir(SLOT_DIR)
         for n in range(MAX_SLOTS):
-            f = open(SLOT_DIR / f"slot-{n}.lock", "ab")  # noqa: SIM115 (held while the sandbox lives)
+            fd = os.open(folder / f"slot-{n}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            f = os.fdopen(fd, "r+b")
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 f.close()
                 continue
-            return cls(n, f)
+            slot = cls(n, f)
+            if os.geteuid() == 0:
+                kill_uid(slot.uid)
+            return slot
         raise SandboxError(f"all {MAX_SLOTS} sandbox slots of this node are taken (locks in {SLOT_DIR})")
 
 
 class Cgroups:
     """The cgroups of one sandbox."""
 
-    def __init__(self, kind: str, dirs: dict[str, Path]):
+    def __init__(self, kind: str, dirs: dict[str, Path], parent: str = "/"):
         self.kind = kind
         self.dirs = dirs  # controller -> folder (v2: one folder under "all")
+        self.parent = parent
+        """The cgroup that the sandbox's sit under: this process's own (its memory one, in v1)."""
 
     @property
     def procs_files(self) -> list[str]:
@@ -97,7 +162,8 @@ class Cgroups:
         return out
 
     def enforced(self) -> dict[str, str]:
-        return {"memory": f"cgroup {self.kind}", "processes": f"cgroup {self.kind}", "cpu_time": f"cgroup {self.kind}"}
+        where = f"cgroup {self.kind} {self.parent}"
+        return {"memory": where, "processes": where, "cpu_time": where}
 
     # -------------------------------------------------------------- lifecycle
     @classmethod
@@ -113,8 +179,9 @@ class Cgroups:
 
     @classmethod
     def _create_v1(cls, name: str, limits: Limits) -> Cgroups:
-        dirs = {ctl: V1 / ctl / "sarl" / name for ctl in ("memory", "pids", "cpuacct", "freezer")}
-        cg = cls("v1", dirs)
+        own = _own_cgroups()
+        dirs = {ctl: V1 / ctl / own.get(ctl, "/").lstrip("/") / "sarl" / name for ctl in CONTROLLERS}
+        cg = cls("v1", dirs, own.get("memory", "/"))
         if all(d.is_dir() for d in dirs.values()):
             cg.kill_all()  # the slot's cgroups are reused; kill what a dead predecessor left in them
         for d in dirs.values():
@@ -124,9 +191,9 @@ class Cgroups:
 
     @classmethod
     def _create_v2(cls, name: str, limits: Limits) -> Cgroups:
-        own = Path(open("/proc/self/cgroup").read().strip().split("::", 1)[1])  # noqa: SIM115
-        d = V1 / own.relative_to("/") / f"sarl-{name}"
-        cg = cls("v2", {"all": d})
+        own = _own_cgroups()[""]
+        d = V1 / own.lstrip("/") / f"sarl-{name}"
+        cg = cls("v2", {"all": d}, own)
         cg.destroy()
         d.mkdir()
         (d / "memory.max").write_text(str(limits.memory_mb << 20))
@@ -196,6 +263,16 @@ class Cgroups:
                     break
                 except OSError:  # busy: a process is still exiting
                     time.sleep(0.01)
+
+
+def _own_cgroups() -> dict[str, str]:
+    """This process's cgroup per v1 controller (`"memory": "/slurm/uid_0/job_12"`), and "" for v2."""
+    out = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for ctl in controllers.split(",") if controllers else [""]:
+            out[ctl.removeprefix("name=")] = path
+    return out
 
 
 def _zombie(pid: int) -> bool:

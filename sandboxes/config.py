@@ -68,10 +68,10 @@ class SandboxConfig(Section):
         leaked = sorted({p.lower().replace("_", "-") for p in v} & ANSWER_KEYS)
         if leaked:
             raise ValueError(
-                f"{leaked} ship task sets with their hidden tests and references: "
-                "a sandbox must not see them"
+                f"{leaked} ship task sets with their hidden tests and references: a sandbox must not see them"
             )
         return v
+
     limits: Limits = Limits()
     """Default limits of each command."""
     network: list[str] = Field(default_factory=list)

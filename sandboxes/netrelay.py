@@ -44,8 +44,53 @@ def pump(a: socket.socket, b: socket.socket) -> None:
     b.close()
 
 
-def serve_relay(listener: socket.socket, connect: Callable[[], socket.socket], stop: threading.Event) -> None:
-    """Accept on `listener`; relay each connection to a fresh `connect()`."""
+MAX_CONNECTIONS = 16
+"""Relayed connections open at once per sandbox; each costs two threads and
+an upstream connection. Beyond it, a new connection is closed at once."""
+
+
+class Connections:
+    """The relayed connections of one sandbox: capped, and all closed (their
+    threads then end) when the sandbox closes."""
+
+    def __init__(self, cap: int = MAX_CONNECTIONS):
+        self.cap = cap
+        self.lock = threading.Lock()
+        self.open: set[socket.socket] = set()
+        self.refused = 0
+
+    def admit(self, conn: socket.socket) -> bool:
+        with self.lock:
+            if len(self.open) >= self.cap:
+                self.refused += 1
+                return False
+            self.open.add(conn)
+            return True
+
+    def relay(self, conn: socket.socket, upstream: socket.socket) -> None:
+        with self.lock:
+            self.open.add(upstream)
+        try:
+            pump(conn, upstream)
+        finally:
+            with self.lock:
+                self.open.discard(conn)
+                self.open.discard(upstream)
+
+    def close_all(self) -> None:
+        with self.lock:
+            socks, self.open = list(self.open), set()
+        for s in socks:
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                s.close()
+
+
+def serve_relay(
+    listener: socket.socket, connect: Callable[[], socket.socket], stop: threading.Event, conns: Connections
+) -> None:
+    """Accept on `listener`; relay each admitted connection to a fresh `connect()`."""
     listener.settimeout(0.5)
     while not stop.is_set():
         try:
@@ -54,19 +99,26 @@ def serve_relay(listener: socket.socket, connect: Callable[[], socket.socket], s
             continue
         except OSError:
             return
+        if not conns.admit(conn):
+            conn.close()
+            continue
         try:
             upstream = connect()
         except OSError:
+            with conns.lock:
+                conns.open.discard(conn)
             conn.close()
             continue
-        threading.Thread(target=pump, args=(conn, upstream), daemon=True).start()
+        threading.Thread(target=conns.relay, args=(conn, upstream), daemon=True).start()
 
 
 class HostRelays:
     """Host side: one Unix socket per allowed `host:port`, in `folder`."""
 
-    def __init__(self, allow: list[str], folder: str):
+    def __init__(self, allow: list[str], folder: str, max_connections: int = MAX_CONNECTIONS):
         self.stop = threading.Event()
+        self.conns = Connections(max_connections)
+        self._threads: list[threading.Thread] = []
         self.sockets: dict[int, str] = {}  # port inside the sandbox -> unix socket path on the host
         self._listeners: list[socket.socket] = []
         os.makedirs(folder, exist_ok=True)
@@ -88,13 +140,19 @@ class HostRelays:
             def connect(h: str = host, p: int = port) -> socket.socket:
                 return socket.create_connection((h, p), timeout=10)
 
-            threading.Thread(target=serve_relay, args=(lst, connect, self.stop), daemon=True).start()
+            t = threading.Thread(target=serve_relay, args=(lst, connect, self.stop, self.conns), daemon=True)
+            t.start()
+            self._threads.append(t)
 
     def close(self) -> None:
+        """Stop accepting, close every relayed connection, and wait for the threads."""
         self.stop.set()
         for lst in self._listeners:
             with contextlib.suppress(OSError):
                 lst.close()
+        self.conns.close_all()
+        for t in self._threads:
+            t.join(timeout=2)
         for path in self.sockets.values():
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
@@ -105,6 +163,7 @@ def start_inside(folder: str) -> None:
     if not os.path.isdir(folder):
         return
     stop = threading.Event()
+    conns = Connections()
     for name in os.listdir(folder):
         if not name.endswith(".sock"):
             continue
@@ -120,4 +179,4 @@ def start_inside(folder: str) -> None:
             s.connect(p)
             return s
 
-        threading.Thread(target=serve_relay, args=(lst, connect, stop), daemon=True).start()
+        threading.Thread(target=serve_relay, args=(lst, connect, stop, conns), daemon=True).start()

@@ -19,7 +19,7 @@ from typing import Any
 
 from sandboxes import agent
 from sandboxes.base import ExecResult, SandboxError
-from sandboxes.bwrap import Runtime, _enforced, _join, _rlimits, bwrap_argv
+from sandboxes.bwrap import Runtime, _enforced, _rlimits, bwrap_argv, prepare_child, seccomp_pipe
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
 
@@ -40,7 +40,10 @@ def run_once(
     rl = _rlimits(limits, cg)
     scratch = _HostScratch.create(slot, limits)
     try:
-        full = bwrap_argv(limits, slot, runtime, cg, with_agent=False, host_dirs=scratch.dirs if scratch else None)
+        filt = seccomp_pipe()
+        full = bwrap_argv(
+            limits, slot, runtime, cg, with_agent=False, host_dirs=scratch.dirs if scratch else None, seccomp_fd=filt
+        )
         if files:
             for name, data in files.items():
                 if scratch:
@@ -48,8 +51,8 @@ def run_once(
                     target.write_bytes(data)
                     os.chown(target, slot.uid, slot.uid)
             if not scratch:  # bubblewrap copies them in from pipes
-                return _run_with_files(full, argv, files, stdin, rl, cg, None)
-        return _run(full + argv, stdin, rl, cg, [], scratch)
+                return _run_with_files(full, argv, files, stdin, rl, slot, cg, None, filt)
+        return _run(full + argv, stdin, rl, slot, cg, [filt] if filt is not None else [], scratch)
     finally:
         if scratch is not None:
             scratch.remove()
@@ -116,10 +119,12 @@ def _run_with_files(
     files: dict[str, bytes],
     stdin: bytes,
     rl: dict[str, Any],
+    slot: Slot,
     cg: Cgroups | None,
     scratch: _HostScratch | None,
+    filt: int | None,
 ) -> ExecResult:
-    pass_fds = []
+    pass_fds = [filt] if filt is not None else []
     extra = []
     for name, data in files.items():
         r, w = os.pipe()
@@ -134,20 +139,20 @@ def _run_with_files(
         os.close(w)
         extra += ["--perms", "0644", "--file", str(r), f"{agent.WORK}/{name}"]
     idx = full.index("--chdir")
-    return _run(full[:idx] + extra + full[idx:] + argv, stdin, rl, cg, pass_fds, scratch)
+    return _run(full[:idx] + extra + full[idx:] + argv, stdin, rl, slot, cg, pass_fds, scratch)
 
 
 def _run(
     full: list[str],
     stdin: bytes,
     rl: dict[str, Any],
+    slot: Slot,
     cg: Cgroups | None,
     pass_fds: list[int],
     scratch: _HostScratch | None,
 ) -> ExecResult:
     def preexec() -> None:
-        if cg is not None:
-            _join(cg.procs_files)()
+        prepare_child(slot, cg)
         agent.apply_rlimits(rl)
 
     t0 = time.monotonic()

@@ -1,0 +1,53 @@
+"""Kernel keyrings: a sandbox starts with none of the host's keys.
+
+On a cluster the session keyring holds Kerberos (`KEYRING:` credential
+caches) and AFS tokens; a process keeps its parent's session keyring across
+fork and exec. So, before a sandbox starts (in its `preexec_fn`, as root):
+
+  * it joins a new, empty, anonymous session keyring: the worker's keys are
+    no longer in its possession;
+  * the slot uid's user and user-session keyrings are cleared (a key that
+    an earlier episode left there would otherwise reach the next one).
+
+The agent clears the slot uid's keyrings again on every reset. Standard
+library only (this file is also imported by the agent inside the sandbox).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+
+_SYSCALLS = {"x86_64": (248, 250), "aarch64": (217, 219), "ppc64le": (269, 271)}  # (add_key, keyctl)
+KEYCTL_JOIN_SESSION_KEYRING = 1
+KEYCTL_CLEAR = 7
+KEY_SPEC_USER_KEYRING = -4
+KEY_SPEC_USER_SESSION_KEYRING = -5
+
+
+def _keyctl(*args: int | None) -> int:
+    numbers = _SYSCALLS.get(platform.machine())
+    if numbers is None:
+        return -1  # an architecture we do not know the syscall number of: nothing to do here
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(numbers[1], *(ctypes.c_long(a) if isinstance(a, int) else None for a in args)))
+
+
+def clear_user_keyrings() -> None:
+    """Empty the calling uid's user and user-session keyrings."""
+    for ring in (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING):
+        _keyctl(KEYCTL_CLEAR, ring)
+
+
+def fresh_keyrings(uid: int) -> None:
+    """In a child about to exec a sandbox, as root: a new empty session
+    keyring, and the keyrings of `uid` emptied. Without root, only the first."""
+    _keyctl(KEYCTL_JOIN_SESSION_KEYRING, None)
+    if os.geteuid() != 0:
+        return
+    os.setresuid(uid, uid, 0)  # the saved uid stays 0, to come back
+    try:
+        clear_user_keyrings()
+    finally:
+        os.setresuid(0, 0, 0)

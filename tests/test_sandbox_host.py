@@ -1,0 +1,203 @@
+"""What a sandbox must not reach on a shared node: the worker's keys, another
+user's files, memory beyond the job's allocation, the hypervisor, new user
+namespaces, unbounded relay threads, and what an earlier episode left in the
+agent's memory."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import sandboxes.cgroups as cg
+from sandboxes import open_sandbox
+from sandboxes.base import SandboxError
+from sandboxes.config import SandboxConfig
+
+ADD_KEY = (
+    "import ctypes\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "print(libc.syscall(248, b'user', b'{desc}', b'hunter2', 7, ctypes.c_long({ring})))\n"
+)
+
+
+def _keys_inside(sb: object) -> str:
+    return sb.exec(["/bin/cat", "/proc/keys"]).stdout.decode()  # type: ignore[attr-defined]
+
+
+def test_the_workers_session_keyring_is_out_of_reach() -> None:
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.syscall(248, b"user", b"sarl-host-krb5-ticket", b"secret", 6, ctypes.c_long(-3)) > 0  # @s
+    assert "sarl-host-krb5-ticket" in Path("/proc/keys").read_text()
+    with open_sandbox(SandboxConfig()) as sb:
+        assert "sarl-host-krb5-ticket" not in _keys_inside(sb)
+
+
+def test_a_key_an_episode_leaves_in_the_slot_users_keyring_is_gone_after_reset_and_close(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
+    monkeypatch.setattr(cg, "MAX_SLOTS", 1)  # the next sandbox gets the same slot, so the same uid
+    with open_sandbox(SandboxConfig()) as sb:
+        added = sb.run_snippet(ADD_KEY.format(desc="left-by-episode-1", ring=-4))  # @u
+        assert int(added.stdout) > 0, added.stderr
+        assert "left-by-episode-1" in _keys_inside(sb)
+        sb.reset()
+        assert "left-by-episode-1" not in _keys_inside(sb)
+        sb.run_snippet(ADD_KEY.format(desc="left-by-episode-2", ring=-4))
+    with open_sandbox(SandboxConfig()) as sb:
+        assert "left-by-episode-2" not in _keys_inside(sb)
+
+
+def test_a_slot_folder_that_is_not_ours_alone_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 12345, 12345)
+    open_to_all = tmp_path / "open"
+    open_to_all.mkdir(mode=0o777)
+    open_to_all.chmod(0o777)
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    (tmp_path / "elsewhere").mkdir()
+    for path, why in ((theirs, "belongs to uid 12345"), (open_to_all, "writable by other users"), (link, "symlink")):
+        with pytest.raises(SandboxError, match=why):
+            cg.private_dir(path)
+    made = cg.private_dir(tmp_path / "new")
+    assert made.stat().st_mode & 0o777 == 0o700
+
+
+def test_slot_lock_files_are_private_to_the_worker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
+    slot = cg.Slot.acquire()
+    try:
+        assert (tmp_path / "slots").stat().st_mode & 0o777 == 0o700
+        assert (tmp_path / "slots" / "slot-0.lock").stat().st_mode & 0o777 == 0o600
+    finally:
+        slot.release()
+
+
+def test_sandbox_cgroups_sit_under_the_callers_own_cgroup(tmp_path: Path) -> None:
+    """A Slurm job's memory limit must cover its sandboxes: they are children
+    of the job's cgroup, wherever that is."""
+    job = Path("/sys/fs/cgroup/memory/sarl-test-job")
+    job.mkdir(exist_ok=True)
+    code = (
+        "import os, sys\n"
+        "open('/sys/fs/cgroup/memory/sarl-test-job/cgroup.procs', 'w').write(str(os.getpid()))\n"
+        "from sandboxes import open_sandbox\n"
+        "with open_sandbox() as sb:\n"
+        "    r = sb.run_snippet('pass')\n"
+        "    print(r.enforced['memory'])\n"
+        "    print(open(f'/proc/{sb.proc.pid}/cgroup').read())  # the sandbox's first process, seen from the host\n"
+    )
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert "cgroup v1 /sarl-test-job" in out.stdout
+        memory = next(line for line in out.stdout.splitlines() if ":memory:" in line)
+        assert memory.split(":", 2)[2].startswith("/sarl-test-job/sarl/sb"), memory
+    finally:
+        for child in sorted(job.glob("sarl/*"), reverse=True):
+            if child.is_dir():
+                child.rmdir()
+        for d in (job / "sarl", job):
+            if d.exists():
+                d.rmdir()
+
+
+def test_vsock_and_new_user_namespaces_are_refused_while_threads_and_fork_work() -> None:
+    with open_sandbox(SandboxConfig()) as sb:
+        r = sb.run_snippet(
+            "import os, socket, threading\n"
+            "try:\n    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM); print('vsock open')\n"
+            "except OSError as e:\n    print('vsock', e.errno)\n"
+            "t = threading.Thread(target=lambda: None); t.start(); t.join(); print('thread')\n"
+            "pid = os.fork()\nif pid == 0:\n    os._exit(7)\n"
+            "print('fork', os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))\n"
+        )
+        userns = sb.exec(["/bin/sh", "-c", "unshare -U true; echo $?; unshare -Urn true; echo $?"])
+    assert r.stdout.decode().split("\n")[:3] == ["vsock 97", "thread", "fork 7"], r.stdout
+    assert userns.stdout.decode().split() == ["1", "1"], userns.stderr
+    assert r.enforced["syscalls"].startswith("seccomp")
+
+
+MEMORY_SCAN = (
+    "import ctypes, hashlib, re\n"
+    "found = False\n"
+    "for line in open('/proc/self/maps'):\n"
+    "    m = re.match(r'([0-9a-f]+)-([0-9a-f]+) rw', line)\n"
+    "    if not m:\n        continue\n"
+    "    a, b = int(m[1], 16), int(m[2], 16)\n"
+    "    data = ctypes.string_at(a, b - a)  # this process's own memory (/proc/self/mem: non-dumpable)\n"
+    "    i = data.find(b'<<<')\n"
+    "    while i >= 0 and not found:\n"
+    "        found = hashlib.sha256(data[i + 3 : i + 35]).hexdigest() == {digest!r}\n"
+    "        i = data.find(b'<<<', i + 1)\n"
+    "print(found)\n"
+)
+
+
+def test_the_next_episode_finds_nothing_of_the_last_in_the_agents_memory() -> None:
+    """The scanner knows only the secret's hash, so it can find the secret only
+    where an earlier request left it."""
+    import hashlib
+
+    secret = os.urandom(16).hex()
+    scan = MEMORY_SCAN.format(digest=hashlib.sha256(secret.encode()).hexdigest())
+    leave = f"s = '<<<{secret}>>>'\nprint(s * 2000)\nopen('/sandbox/f', 'w').write(s * 100)\n"
+    with open_sandbox(SandboxConfig()) as sb:
+        sb.run_snippet(leave)
+        same_episode = sb.run_snippet(scan)
+        sb.reset()
+        next_episode = sb.run_snippet(scan)
+    assert same_episode.stdout == b"True\n", same_episode.stderr  # the scan finds it where it is
+    assert next_episode.stdout == b"False\n", next_episode.stderr
+
+
+def test_relay_connections_are_capped_and_reaped(tmp_path: Path) -> None:
+    from sandboxes.netrelay import HostRelays
+
+    upstream = socket.create_server(("127.0.0.1", 0))
+    port = upstream.getsockname()[1]
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        upstream.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                accepted.append(upstream.accept()[0])
+            except TimeoutError:
+                continue
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    before = threading.active_count()
+    relays = HostRelays([f"127.0.0.1:{port}"], str(tmp_path / "net"), max_connections=8)
+    clients = []
+    try:
+        for _ in range(100):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            c.connect(relays.sockets[port])
+            clients.append(c)
+        time.sleep(1.0)
+        assert len(relays.conns.open) <= 2 * 8 and relays.conns.refused >= 90
+        assert threading.active_count() - before <= 1 + 2 * 8  # the accept loop, two per relayed connection
+    finally:
+        relays.close()
+        for c in clients:
+            c.close()
+        stop.set()
+        server.join()
+        upstream.close()
+    deadline = time.time() + 5
+    while threading.active_count() > before and time.time() < deadline:
+        time.sleep(0.1)
+    assert threading.active_count() <= before and not relays.conns.open
