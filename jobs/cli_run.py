@@ -99,7 +99,7 @@ def status(args: argparse.Namespace) -> int:
         return 0
     from tqdm import tqdm
 
-    st = run_status(rd)
+    st = run_status(rd, store=False)
     total = sum(r["tasks"] for r in st["roles"].values())
     bar = tqdm(total=total, unit="task", desc="tasks done", file=sys.stderr)
     while True:
@@ -112,8 +112,9 @@ def status(args: argparse.Namespace) -> int:
         if done + failed >= total:
             break
         time.sleep(1.0)
-        st = run_status(rd)
+        st = run_status(rd, store=False)
     bar.close()
+    st = run_status(rd)
     if args.json:
         emit_json(st, indent=1)
     else:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rl.config import Config, GeneratorRole, RoleConfig
-from rl.generator.endpoint import Endpoint, announce, withdraw
+from rl.generator.endpoint import Endpoint, announce, run_secret, withdraw
 from rl.run.role import Role, current_job_id
 from rl.run.rundir import RunDir
 from rl.store import StoreError
@@ -99,19 +99,29 @@ class Generator(Role):
         engine = make_engine(role_cfg.engine, cfg.model, seed=cfg.run.seed + self.task)
         log.info("%s engine ready in %.1f s", engine.backend, time.monotonic() - t0)
         holder = f"generator-{self.task}"
-        loaded = weights.latest()  # None: the base checkpoint, served as version 0
-        if loaded is not None:
-            with pinned(weights, holder, loaded):
-                engine.load_version(store, loaded)
+        refused: set[int] = set()
+        loaded = None  # None: the base checkpoint, served as version 0
+        for version in reversed(weights.versions()):  # the newest that loads
+            try:
+                with pinned(weights, holder, version):
+                    engine.load_version(store, version)
+            except StoreError as e:  # raised before any weight changed: try the one before
+                log.error("weight version %d refused: %s", version, e)
+                refused.add(version)
+                self.commit(refused={**self.state.get("refused", {}), str(version): str(e)})
+                continue
+            loaded = version
+            break
         port = role_cfg.port + self.task if role_cfg.port else 0
-        server = GeneratorServer(engine, role_cfg.bind, port, role_cfg.max_queue, role_cfg.max_batch).start()
+        server = GeneratorServer(
+            engine, role_cfg.bind, port, role_cfg.max_queue, role_cfg.max_batch, token=run_secret(rd.path)
+        ).start()
         addr = host_address() if role_cfg.bind in ("0.0.0.0", "") else role_cfg.bind
         log.info("serving on %s:%d", addr, server.port)
         self.commit(version=engine.version, served=0, port=server.port, addr=addr)
         started = time.monotonic()
         tb = _writer(rd.path / "tb" / f"generator-{self.task:06d}")
         last = (started, 0, 0.0)
-        refused: set[int] = set()
         try:
             while role_cfg.serve_s is None or time.monotonic() - started < role_cfg.serve_s:
                 health = server.health()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -21,8 +22,8 @@ from conftest import REPO, sarl, task_state, wait_for, write_config
 
 from rl.engine import BadRequest
 from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams
-from rl.generator.client import GeneratorClient
-from rl.generator.endpoint import read_endpoints
+from rl.generator.client import GeneratorClient, NoGenerator
+from rl.generator.endpoint import read_endpoints, run_secret
 from rl.generator.service import GeneratorServer
 from rl.model import chat_ids, checkpoint, load_tokenizer
 from rl.store.weights import WeightStore
@@ -183,10 +184,27 @@ def test_vllm_and_hf_agree_on_greedy_tokens_and_logprobs(model_cache: Path) -> N
 # ------------------------------------------------------------------ service
 
 
-def _post(port: int, body: bytes | dict[str, Any], path: str = "/generate") -> tuple[int, dict[str, Any]]:
+TOKEN = "a-test-secret"
+
+
+def _post(
+    port: int, body: bytes | dict[str, Any], path: str = "/generate", token: str | None = TOKEN
+) -> tuple[int, dict[str, Any]]:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data)) as r:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, headers=headers)
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _get(port: int, path: str = "/health", token: str | None = TOKEN) -> tuple[int, dict[str, Any]]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    try:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers)
+        with urllib.request.urlopen(req, timeout=60) as r:
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read())
@@ -203,7 +221,7 @@ def test_server_swaps_weights_between_batches_and_tags_each_response(
         ref[v] = hf.generate([p], GREEDY)[0][0].token_ids
     assert ref[0] != ref[1]
 
-    server = GeneratorServer(hf, bind="127.0.0.1").start()
+    server = GeneratorServer(hf, bind="127.0.0.1", token=TOKEN).start()
     seen: list[tuple[int, list[int]]] = []
     errors: list[Any] = []
     stop = threading.Event()
@@ -256,7 +274,7 @@ def test_a_corrupt_version_is_refused_and_the_engine_keeps_its_weights(
 
 def test_server_back_pressure_and_bad_requests(hf: Any, tok: Any, tmp_path: Path) -> None:
     p = prompt(tok, "Count to five.")
-    server = GeneratorServer(hf, bind="127.0.0.1", max_queue=1).start()
+    server = GeneratorServer(hf, bind="127.0.0.1", max_queue=1, token=TOKEN).start()
     try:
         codes: list[int] = []
         body = {"prompts": [p], "sampling": {"temperature": 0, "max_tokens": 24}}
@@ -281,15 +299,14 @@ def test_server_back_pressure_and_bad_requests(hf: Any, tok: Any, tmp_path: Path
             got, reply = _post(server.port, req)
             assert got == code and words in reply["error"], (req, got, reply)
         assert _post(server.port, {}, path="/v1/completions")[0] == 404
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.port}/health") as r:
-            health = json.loads(r.read())
+        health = _get(server.port)[1]
         assert health["backend"] == "hf" and health["queued"] == 0 and health["served"] >= codes.count(200)
     finally:
         server.stop()
 
 
 def test_client_raises_bad_request_without_retrying(hf: Any, tmp_path: Path) -> None:
-    server = GeneratorServer(hf, bind="127.0.0.1").start()
+    server = GeneratorServer(hf, bind="127.0.0.1", token=run_secret(tmp_path)).start()
     try:
         (tmp_path / "endpoints").mkdir()
         announce = {"task": 0, "addr": "127.0.0.1", "port": server.port, "version": 0, "queued": 0}
@@ -298,6 +315,115 @@ def test_client_raises_bad_request_without_retrying(hf: Any, tmp_path: Path) -> 
         with pytest.raises(BadRequest, match=r"prompts\[0\]\[0\]"):
             client.generate([[-5]], {"max_tokens": 4})
         assert server.health()["served"] == 0
+    finally:
+        server.stop()
+
+
+def test_requests_without_the_run_secret_are_refused(hf: Any, tok: Any) -> None:
+    server = GeneratorServer(hf, bind="127.0.0.1", token=TOKEN).start()
+    try:
+        body = {"prompts": [prompt(tok, "Hi")], "sampling": {"max_tokens": 2}}
+        for token in (None, "wrong", TOKEN + "x"):
+            assert _post(server.port, body, token=token)[0] == 401
+            assert _get(server.port, token=token)[0] == 401
+        assert _post(server.port, body)[0] == 200 and server.health()["served"] == 1
+    finally:
+        server.stop()
+
+
+def test_the_run_secret_is_created_once_and_readable_by_its_owner_only(tmp_path: Path) -> None:
+    tokens: list[str] = []
+    threads = [threading.Thread(target=lambda: tokens.append(run_secret(tmp_path))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(set(tokens)) == 1 and len(tokens[0]) == 64
+    assert (tmp_path / "secret").stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["secret"]
+
+
+def _raw(port: int, data: bytes, timeout: float = 30) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=timeout) as c:
+        c.sendall(data)
+        out = b""
+        while b"\r\n\r\n" not in out:
+            chunk = c.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def test_one_client_cannot_hold_the_generator(hf: Any, tok: Any) -> None:
+    p = prompt(tok, "Hi")
+    server = GeneratorServer(hf, bind="127.0.0.1", token=TOKEN, max_batch=4, io_timeout_s=1.0, max_connections=16)
+    server.start()
+    auth = f"Authorization: Bearer {TOKEN}\r\n".encode()
+    try:
+        bad: list[tuple[dict[str, Any], str]] = [
+            ({"prompts": [p] * 3, "sampling": {"n": 2}}, "exceeds this generator's max_batch 4"),
+            ({"prompts": [p], "sampling": {"stop": ["x" * 100, "y" * 100]}}, "sampling.stop"),
+            ({"prompts": [p], "sampling": {"stop": ["z" * 1000]}}, "sampling.stop"),
+            ({"prompts": [p], "sampling": {"seed": 2**63}}, "sampling.seed"),
+            ({"prompts": [p], "sampling": {"stop_token_ids": [2**63]}}, "sampling.stop_token_ids"),
+        ]
+        for req, words in bad:
+            code, reply = _post(server.port, req)
+            assert code == 400 and words in reply["error"], (req, code, reply)
+        deep = b"[" * 200_000 + b"]" * 200_000
+        assert _post(server.port, deep) == (400, {"error": "body is nested too deeply"})
+        head = _raw(server.port, b"POST /generate HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: -1\r\n\r\n{}")
+        assert head.startswith(b"HTTP/1.1 411")
+
+        # half-sent requests: dropped after io_timeout_s, so they hold no thread for long
+        hanging = []
+        for _ in range(40):
+            c = socket.create_connection(("127.0.0.1", server.port))
+            c.sendall(b"POST /generate HTTP/1.1\r\nHost: x\r\n" + auth + b"Content-Length: 100\r\n\r\n{")
+            hanging.append(c)
+        time.sleep(2.5)
+        threads = threading.active_count()
+        for c in hanging:
+            c.close()
+        assert threads < 40, threads
+        assert _post(server.port, {"prompts": [p], "sampling": {"max_tokens": 2}})[0] == 200
+
+        # a burst of 200 connections: each is answered (200 or 503), none reset
+        codes: list[int | str] = []
+
+        def one() -> None:
+            try:
+                codes.append(_post(server.port, {"prompts": [p], "sampling": {"max_tokens": 2}})[0])
+            except OSError as e:
+                codes.append(type(e).__name__)
+
+        burst = [threading.Thread(target=one) for _ in range(200)]
+        for t in burst:
+            t.start()
+        for t in burst:
+            t.join()
+        assert set(codes) <= {200, 503} and 200 in codes, sorted(set(map(str, codes)))
+    finally:
+        server.stop()
+
+
+def test_a_server_error_does_not_take_a_live_generator_out(hf: Any, tok: Any, tmp_path: Path) -> None:
+    """A generator that answers 500 is alive: the client tries elsewhere but
+    does not mark it dead, and says what the generator answered."""
+    server = GeneratorServer(hf, bind="127.0.0.1", token=run_secret(tmp_path)).start()
+    try:
+        (tmp_path / "endpoints").mkdir()
+        announce = {"task": 0, "addr": "127.0.0.1", "port": server.port, "version": 0, "queued": 0}
+        (tmp_path / "endpoints" / "generator-000000.json").write_text(json.dumps({**announce, "at": time.time()}))
+        client = GeneratorClient(tmp_path, attempts=2)
+        broken = server.engine.generate
+        server.engine.generate = lambda *a, **k: (_ for _ in ()).throw(RuntimeError("CUDA error"))  # type: ignore[method-assign]
+        with pytest.raises(NoGenerator, match="HTTP 500: engine error: RuntimeError: CUDA error"):
+            client.generate([prompt(tok, "Hi")], {"max_tokens": 2})
+        server.engine.generate = broken  # type: ignore[method-assign]
+        assert client.endpoints() and not client.dead_until
+        assert client.generate([prompt(tok, "Hi")], {"max_tokens": 2}).version == 0
     finally:
         server.stop()
 
@@ -400,9 +526,12 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         sarl("cancel", str(run_dir), cwd=workdir, check=False)
 
 
-def _health(ep: Any) -> dict[str, Any]:
+def _health(ep: Any, run_dir: Path) -> dict[str, Any]:
     """The generator's own account of its queue and engine (GET /health)."""
-    with urllib.request.urlopen(f"http://{ep.addr}:{ep.port}/health", timeout=10) as r:
+    req = urllib.request.Request(
+        f"http://{ep.addr}:{ep.port}/health", headers={"Authorization": f"Bearer {run_secret(run_dir)}"}
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
         health: dict[str, Any] = json.loads(r.read())
     return health
 
@@ -431,7 +560,7 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
             target=lambda: (client.generate([p], {"max_tokens": 400, "ignore_eos": True}), long_done.set())
         )
         long.start()
-        wait_for(lambda: _health(ep)["busy"], 60, "the long request to be admitted into the engine")
+        wait_for(lambda: _health(ep, run_dir)["busy"], 60, "the long request to be admitted into the engine")
         assert not long_done.is_set()
         short = client.generate([p], GREEDY)
         assert short.outputs[0][0].token_ids == before.outputs[0][0].token_ids

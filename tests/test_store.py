@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -437,3 +438,102 @@ def test_verdicts_of_any_tasks_share_a_batch_with_nan_where_a_check_does_not_app
     samples[0].checks = {**samples[0].checks, "tests": math.inf}
     with pytest.raises(BadRollout, match=r"checks\['tests'\] is inf"):
         store.writer("w0").write(1, samples)
+
+
+# ------------------------------------------------------- the store under corruption
+
+
+def _store_with_batches(tmp_path: Path, n: int = 4) -> Store:
+    store = Store(tmp_path / "store.zarr")
+    w = store.writer("w0")
+    for seq in range(n):
+        assert w.write(seq, make_samples("w0", seq, 3, 5))
+    return store
+
+
+def _inspect(run_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "store", "inspect", str(run_dir), "--json"],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+    )
+
+
+BATCH_DAMAGE = {
+    "empty marker": lambda b: (b / "0000000001" / "_COMMIT.json").write_text(""),
+    "garbage marker": lambda b: (b / "0000000001" / "_COMMIT.json").write_text("{not json"),
+    "marker not an object": lambda b: (b / "0000000001" / "_COMMIT.json").write_text("[1, 2]"),
+    "deleted marker": lambda b: (b / "0000000001" / "_COMMIT.json").unlink(),
+    "stray file named like a batch": lambda b: (b / "0000000009").write_text("x"),
+    "batch copied under another number": lambda b: shutil.copytree(b / "0000000002", b / "0000000007"),
+}
+
+
+@pytest.mark.parametrize("damage", list(BATCH_DAMAGE))
+def test_a_damaged_batch_is_skipped_named_and_nothing_is_read_twice(tmp_path: Path, damage: str) -> None:
+    store = _store_with_batches(tmp_path)
+    BATCH_DAMAGE[damage](store.path / "rollouts" / "w0")
+    reader = store.reader()
+    keys = reader.committed()
+    assert len(keys) == len(set(keys)) and ("w0", 7) not in keys and ("w0", 9) not in keys
+    assert {("w0", 0), ("w0", 2), ("w0", 3)} <= set(keys)
+    assert len(reader.damaged) == 1, reader.damaged
+    assert reader.damaged[0].path.endswith(("0000000001", "0000000009", "0000000007")) and reader.damaged[0].reason
+    assert reader.unconsumed(Cursor()) == keys
+    for key in keys:
+        _check_batch(store, key)
+
+
+def test_inspect_and_status_report_damage_and_inspect_exits_non_zero(tmp_path: Path) -> None:
+    run = tmp_path / "runs" / "r"
+    store = Store(run / "store.zarr")
+    w = store.writer("w0")
+    for seq in range(3):
+        w.write(seq, make_samples("w0", seq, 3, 5))
+    clean = _inspect(run)
+    assert clean.returncode == 0 and json.loads(clean.stdout)["damaged"] == []
+    (store.path / "rollouts" / "w0" / "0000000001" / "_COMMIT.json").write_text("")
+    ckpts = run / "checkpoints" / "learner" / "step-0000000005"
+    ckpts.mkdir(parents=True)
+    (ckpts / "meta.json").write_text("{garbage")
+    (ckpts / "cursor.json").write_text("{}")
+    out = _inspect(run)
+    assert out.returncode == 1, out.stderr
+    info = json.loads(out.stdout)
+    assert info["rollouts"]["batches"] == 2 and info["rollouts"]["checkpoint"] is None
+    reasons = {Path(d["path"]).name: d["reason"] for d in info["damaged"]}
+    assert "0000000001" in reasons and "step-0000000005" in reasons and "empty" in reasons["0000000001"]
+    (run / "run.toml").write_text('[run]\nname = "r"\nroot = ".."\n[executor]\ntype = "local"\n[smoke]\n')
+    status = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "status", str(run)], capture_output=True, text=True, env=ENV, timeout=120
+    )
+    assert "1 damaged entries in the store are skipped" in status.stdout, status.stdout + status.stderr
+
+
+def test_garbage_metadata_names_its_file(tmp_path: Path) -> None:
+    store = _store_with_batches(tmp_path, 1)
+    group = store.path / "rollouts" / "w0" / "0000000000"
+    (group / "zarr.json").write_text("not json")
+    with pytest.raises(CorruptData, match=r"0000000000/zarr.json"):
+        store.reader().read(("w0", 0))
+    store.put_state("pool", {"a": np.arange(3)})
+    store.put_state("pool", {"a": np.arange(4)})
+    (store.path / "state" / "pool" / "0000000001" / "_COMMIT.json").write_text("")
+    arrays, _ = store.get_state("pool")  # the newest sound snapshot
+    assert list(arrays["a"]) == [0, 1, 2] and "0000000001" in store.damaged[0].path
+
+
+def test_an_unreadable_manifest_or_pin_is_named_and_loses_nothing(tmp_path: Path) -> None:
+    ws = Store(tmp_path).weights
+    for v in range(4):
+        ws.publish({"w": torch.full((4,), float(v))}, version=v, full_every=1)
+    ws.pin("generator-0", 1)
+    (ws.pins / "generator-0.json").write_text("{")
+    assert ws.retain(keep_last=1) == [] and ws.versions() == [0, 1, 2, 3]  # the pin may hold any of them
+    assert ws.damaged and "generator-0.json" in ws.damaged[0].path
+    (ws.path(3) / "manifest.json").write_text("")
+    with pytest.raises(CorruptData, match=r"v0000000003/manifest.json"):
+        ws.load(3)
+    assert ws.load(2)[0] == 2

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, StringConstraints, field_validator
 
 from rl.schema import TAG, Section, default_tag
 
@@ -78,6 +78,10 @@ class HFEngineConfig(Section):
 EngineConfig = Annotated[VLLMEngineConfig | HFEngineConfig, Field(discriminator=TAG), default_tag(VLLMEngineConfig)]
 
 
+MAX_STOP_CHARS = 128
+"""Characters of all stop strings of one request together."""
+
+
 class SamplingParams(Section):
     """How to sample one request's completions."""
 
@@ -87,13 +91,24 @@ class SamplingParams(Section):
     """Nucleus sampling mass."""
     max_tokens: int = Field(256, ge=1)
     """Tokens to sample at most per completion."""
-    stop: list[str] = Field(default_factory=list, max_length=16)
-    """Strings that end a completion (the stop string is part of the output)."""
-    stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
+    stop: list[Annotated[str, StringConstraints(min_length=1, max_length=MAX_STOP_CHARS)]] = Field(
+        default_factory=list, max_length=16
+    )
+    """Strings that end a completion (the stop string is part of the output);
+    at most MAX_STOP_CHARS characters in all: matching them costs engine time
+    in proportion to their length (about 8 ms per character on HF)."""
+    stop_token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] = Field(default_factory=list, max_length=64)
     """Token ids that end a completion, besides the model's end of sequence."""
     ignore_eos: bool = False
     """Go on past end of sequence (benchmarks)."""
-    seed: int | None = None
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
     """Seed of this request's sampling; the same seed, prompt and weights give the same tokens."""
     n: int = Field(1, ge=1, le=64)
     """Completions per prompt."""
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_budget(cls, v: list[str]) -> list[str]:
+        if sum(len(x) for x in v) > MAX_STOP_CHARS:
+            raise ValueError(f"stop strings have {sum(len(x) for x in v)} characters in all; at most {MAX_STOP_CHARS}")
+        return v

@@ -32,7 +32,7 @@ from typing import Any
 from rl.engine import BadRequest, Completion
 from rl.engine.config import SamplingParams
 from rl.errors import SarlError
-from rl.generator.endpoint import ENDPOINTS, Endpoint, read_endpoints
+from rl.generator.endpoint import ENDPOINTS, Endpoint, read_endpoints, run_secret
 
 
 class NoGenerator(SarlError, RuntimeError):
@@ -60,6 +60,7 @@ class GeneratorClient:
         wait_for_generator_s: float = 60.0,
     ):
         self.run_dir = Path(run_dir)
+        self.auth = f"Bearer {run_secret(self.run_dir)}"
         self.timeout_s = timeout_s
         self.attempts = attempts
         self.stale_s = stale_s
@@ -72,6 +73,8 @@ class GeneratorClient:
         self.dead_until: dict[str, float] = {}
         self.failures: dict[str, int] = defaultdict(int)
         """Connection failures and timeouts seen, per endpoint."""
+        self.errors: dict[str, int] = defaultdict(int)
+        """Requests a live generator answered with a server error, per endpoint."""
 
     def endpoints(self) -> list[Endpoint]:
         """Live generators, minus those this client saw fail recently."""
@@ -117,12 +120,17 @@ class GeneratorClient:
                 last = f"{ep.key} (generator task {ep.task}): HTTP {status}: {reply.get('error', reply)}"
                 if status == 400:
                     raise BadRequest(str(reply.get("error", reply)))
+                if status == 401:
+                    raise NoGenerator(f"{last}; clients read the secret from {self.run_dir / 'secret'}")
                 if status == 503:  # full: back off, then the least loaded again
                     time.sleep(min(float(reply.get("retry_after_s", 1)), backoff))
                     backoff = min(backoff * 2, 5.0)
                     continue
-                self._mark_dead(ep)  # 5xx: broken or stopping
-        raise NoGenerator(f"no generator served the request after {attempt} attempts; last: {last}")
+                # Another 5xx: the generator is alive and answered, but failed this
+                # request. Try elsewhere; only a generator that does not answer is
+                # left out for `dead_s`.
+                self.errors[ep.key] += 1
+        raise NoGenerator(f"no generator served the request after {attempt} attempt(s); last: {last}")
 
     def _mark_dead(self, ep: Endpoint) -> None:
         with self.lock:
@@ -134,7 +142,7 @@ class GeneratorClient:
             self.inflight[ep.key] += 1
         conn = http.client.HTTPConnection(ep.addr, ep.port, timeout=self.timeout_s)
         try:
-            conn.request("POST", "/generate", body, {"Content-Type": "application/json"})
+            conn.request("POST", "/generate", body, {"Content-Type": "application/json", "Authorization": self.auth})
             resp = conn.getresponse()
             data = resp.read()
             try:

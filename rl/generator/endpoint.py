@@ -87,3 +87,40 @@ def read_endpoints(run_dir: str | os.PathLike[str], stale_s: float, now: float) 
         if now - ep.at <= stale_s:
             out.append(ep)
     return out
+
+
+SECRET = "secret"
+"""`RUN_DIR/secret`: the run's shared secret, mode 0600. Every request to a
+generator carries it (`Authorization: Bearer ...`); a generator answers 401
+without it. Whoever can read the run directory's secret can use the run's
+generators: on a shared filesystem, keep the run directory your own."""
+
+
+def run_secret(run_dir: str | os.PathLike[str]) -> str:
+    """The run's secret, created (readable by its owner only) if it is missing.
+    Concurrent callers all get the same one: it is written whole under a
+    temporary name and linked into place, so nobody reads half of it."""
+    import secrets
+
+    path = Path(run_dir) / SECRET
+    for _ in range(2):
+        try:
+            token = path.read_text().strip()
+        except FileNotFoundError:
+            token = ""
+        if token:
+            return token
+        tmp = path.with_name(f".{SECRET}.tmp-{secrets.token_hex(6)}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, (secrets.token_hex(32) + "\n").encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        try:
+            os.link(tmp, path)  # fails if another caller linked first: read theirs
+        except FileExistsError:
+            pass
+        finally:
+            os.unlink(tmp)
+    raise OSError(f"{path}: exists but is empty")

@@ -1,9 +1,14 @@
 """A generator's HTTP service: token ids in, token ids and log-probs out.
 
+Every request carries the run's secret (`Authorization: Bearer TOKEN`,
+rl.generator.endpoint.run_secret); without it the answer is 401.
+
     POST /generate  {"prompts": [[ids...], ...], "sampling": {...}}
       200 {"version": V, "outputs": [[{"token_ids", "logprobs", "finish_reason"}, ...], ...],
            "queue_s", "generate_s", "backend"}
-      400 {"error": "..."}   a bad request: the message names the field
+      400 {"error": "..."}   a bad request: the message names the field (also when
+                             prompts x n exceeds max_batch, or the body is too deep)
+      401 {"error": "..."}   no or a wrong secret
       503 {"error": "...", "retry_after_s": S}   queue full (back-pressure): try later or elsewhere
     GET /health     {"version", "backend", "queued", "busy", "served", "tokens", "generate_s", "swapping"}
 
@@ -16,6 +21,12 @@ Requests wait in one queue, served by one engine thread:
   same sampling parameters, up to `max_batch` completions, run as one
   `generate` call.
 
+The service bounds what one client can hold: a request must arrive whole
+within `io_timeout_s`, at most `max_connections` are served at once (more are
+answered 503 at once), the listen backlog is large enough that a burst is
+answered rather than reset, and a request's prompts x n may not exceed
+`max_batch`.
+
 A weight swap stops admitting requests, lets those in flight finish, loads
 the new version while the queue is held, and admits again: every response
 is produced by exactly one version, which it names.
@@ -23,6 +34,7 @@ is produced by exactly one version, which it names.
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
 import threading
@@ -74,8 +86,17 @@ class GeneratorServer:
         max_queue: int = 256,
         max_batch: int = 64,
         request_timeout_s: float = 900.0,
+        *,
+        token: str,
+        io_timeout_s: float = 30.0,
+        max_connections: int = 512,
     ):
+        if not token:
+            raise ValueError("a generator needs the run's secret (rl.generator.endpoint.run_secret)")
         self.engine = engine
+        self.token = token
+        self.io_timeout_s = io_timeout_s
+        self.connections = threading.BoundedSemaphore(max_connections)
         self.max_queue = max_queue
         self.max_batch = max_batch
         self.request_timeout_s = request_timeout_s
@@ -87,8 +108,7 @@ class GeneratorServer:
         self.served = 0
         self.tokens = 0
         self.generate_s = 0.0
-        self.httpd = ThreadingHTTPServer((bind, port), _handler(self))
-        self.httpd.daemon_threads = True
+        self.httpd = _BoundedHTTPServer((bind, port), _handler(self), self.connections)
         self.port = int(self.httpd.server_address[1])
         self.threads = [
             threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True),
@@ -276,9 +296,50 @@ class GeneratorServer:
             }
 
 
+class _BoundedHTTPServer(ThreadingHTTPServer):
+    """A thread per connection, up to a bound; beyond it a connection gets a
+    503 at once and is closed (no thread, no wait)."""
+
+    daemon_threads = True
+    request_queue_size = 1024  # a burst of connections waits to be answered instead of being reset
+
+    def __init__(self, address: Any, handler: Any, slots: threading.BoundedSemaphore):
+        self.slots = slots
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            body = b'{"error": "busy: too many connections", "retry_after_s": 1}'
+            head = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+            head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            try:
+                request.settimeout(1.0)
+                request.sendall(head.encode() + body)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
+
+
 def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = server.io_timeout_s  # a request that does not arrive whole in time is dropped
+
+        def _authorized(self) -> bool:
+            given = self.headers.get("Authorization", "")
+            ok = hmac.compare_digest(given.encode(), f"Bearer {server.token}".encode())
+            if not ok:
+                self.close_connection = True
+                self._reply(401, {"error": "missing or wrong run secret (Authorization: Bearer ...)"})
+            return ok
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
             log.debug("%s " + format, self.address_string(), *args)
@@ -294,26 +355,38 @@ def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def do_GET(self) -> None:
+            if not self._authorized():
+                return
             if self.path == "/health":
                 self._reply(200, server.health())
             else:
                 self._reply(404, {"error": f"no such path {self.path!r}: GET /health, POST /generate"})
 
         def do_POST(self) -> None:
+            if not self._authorized():
+                return
             if self.path != "/generate":
                 self._reply(404, {"error": f"no such path {self.path!r}: GET /health, POST /generate"})
                 return
             try:
                 length = int(self.headers.get("Content-Length", ""))
             except ValueError:
-                self._reply(411, {"error": "a Content-Length header is required"})
+                length = -1
+            if length < 0:
+                self.close_connection = True
+                self._reply(411, {"error": "a Content-Length header (a number >= 0) is required"})
                 return
             if length > MAX_BODY:
                 self.close_connection = True
                 self._reply(413, {"error": f"body of {length} bytes exceeds {MAX_BODY}"})
                 return
             try:
-                prompts, params = self._parse(self.rfile.read(length))
+                body = self.rfile.read(length)
+            except (TimeoutError, OSError):
+                self.close_connection = True
+                return  # the client did not send its body in time: nobody to answer
+            try:
+                prompts, params = self._parse(body)
             except BadRequest as e:
                 self._reply(400, {"error": str(e)})
                 return
@@ -344,6 +417,8 @@ def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
                 req = json.loads(body)
             except ValueError as e:
                 raise BadRequest(f"body is not JSON: {e}") from None
+            except RecursionError:
+                raise BadRequest("body is nested too deeply") from None
             if not isinstance(req, dict):
                 raise BadRequest('body: expected an object {"prompts": [...], "sampling": {...}}')
             unknown = sorted(set(req) - {"prompts", "sampling"})
@@ -354,6 +429,12 @@ def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
             except ValidationError as e:
                 raise BadRequest(validation_message(e, "sampling")) from None
             engine = server.engine
-            return check_prompts(req.get("prompts"), params, engine.vocab_size, engine.max_model_len), params
+            prompts = check_prompts(req.get("prompts"), params, engine.vocab_size, engine.max_model_len)
+            if len(prompts) * params.n > server.max_batch:
+                raise BadRequest(
+                    f"prompts x sampling.n = {len(prompts)} x {params.n} exceeds this generator's "
+                    f"max_batch {server.max_batch}: split the request"
+                )
+            return prompts, params
 
     return Handler

@@ -25,6 +25,7 @@ from typing import Any
 
 from rl.fsio import CorruptFile, atomic_write, commit_dir, read_json, sweep_temporaries, write_json
 from rl.store.rollouts import Cursor
+from rl.store.zgroup import StoreError
 
 
 @dataclass
@@ -38,6 +39,8 @@ class Checkpoint:
 class LearnerCheckpoints:
     def __init__(self, run_dir: str | os.PathLike[str], role: str = "learner"):
         self.folder = Path(run_dir) / "checkpoints" / role
+        self.skipped: list[tuple[str, str]] = []
+        """Checkpoints the last `latest()` passed over: (path, reason)."""
 
     def save(
         self,
@@ -76,14 +79,14 @@ class LearnerCheckpoints:
         place is the commit: LATEST, written after it, may lag by one (a crash
         between the two) and is only a pointer for people and tools. A
         checkpoint whose meta or cursor is unreadable is passed over for the
-        one before it, and named in `self.skipped`."""
-        self.skipped: list[str] = []
+        one before it, and named in `self.skipped` (path, reason)."""
+        self.skipped = []
         for name in reversed(self._complete()):
             path = self.folder / name
             try:
                 meta = read_json(path / "meta.json")
                 cursor = Cursor.from_json(read_json(path / "cursor.json"))
                 return Checkpoint(int(meta["step"]), cursor, meta, path)
-            except (CorruptFile, KeyError, TypeError, ValueError) as e:
-                self.skipped.append(f"{path}: {e}")
+            except (CorruptFile, StoreError, KeyError, TypeError, ValueError) as e:
+                self.skipped.append((str(path), f"unreadable learner checkpoint: {e}"))
         return None

@@ -148,10 +148,36 @@ def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) ->
     return out
 
 
-def run_status(rd: RunDir) -> dict[str, Any]:
+def store_damage(rd: RunDir) -> list[dict[str, str]]:
+    """Damaged entries of the run's store that the roles skip: batches,
+    unreadable pins, and the newest weight version if it cannot be read
+    (`sarl store inspect` lists every kind)."""
+    store = rd.path / "store.zarr"
+    if not store.is_dir():
+        return []
+    from rl.store import Damage, Store, StoreError
+
+    s = Store(store)
+    reader = s.reader()
+    reader.committed()
+    damage = list(reader.damaged)
+    ws = s.weights
+    ws.pinned()
+    damage += ws.damaged
+    for v in ws.versions()[-1:]:  # the one generators would load
+        try:
+            ws.manifest(v)
+        except StoreError as e:
+            damage.append(Damage(str(ws.path(v)), str(e)))
+    return [{"path": d.path, "reason": d.reason} for d in damage]
+
+
+def run_status(rd: RunDir, store: bool = True) -> dict[str, Any]:
+    """Every role's tasks; with `store`, also the store's damaged entries."""
     cfg = rd.config()
     roles = [role_status(rd, name, rc.tasks) for name, rc in cfg.roles().items()]
     return {
+        "store_damaged": store_damage(rd) if store else [],
         "run_dir": str(rd.path),
         "name": cfg.run.name,
         "executor": cfg.executor.type,
@@ -183,6 +209,13 @@ def render(st: dict[str, Any], all_tasks: bool = False) -> str:
     lines = [f"run {st['name']}  ({st['run_dir']}, executor {st['executor']})", ""]
     for w in st.get("warnings", []):
         lines[1:1] = [f"WARNING: {w}; task states below come from the run directory only", ""]
+    damaged = st.get("store_damaged", [])
+    if damaged:
+        lines[1:1] = [
+            f"WARNING: {len(damaged)} damaged entries in the store are skipped "
+            f"(`sarl store inspect {st['run_dir']}` lists them); first: {damaged[0]['path']}: {damaged[0]['reason']}",
+            "",
+        ]
     header = f"{'ROLE':<12}{'TASKS':>6}{'DONE':>6}{'RUN':>6}{'PEND':>6}{'FAIL':>6}  {'LAST BEAT':<11} JOBS"
     lines.append(header)
     for name, r in st["roles"].items():

@@ -19,11 +19,12 @@ import numpy as np
 
 from rl.store.rollouts import BadRollout, Cursor, RolloutBatch, RolloutReader, RolloutWriter, Sample
 from rl.store.weights import Published, UnknownVersion, WeightStore
-from rl.store.zgroup import MARKER, CorruptData, StoreError, read_group, write_committed
+from rl.store.zgroup import MARKER, CorruptData, Damage, StoreError, read_attributes, read_group, write_committed
 
 __all__ = [
     "BadRollout",
     "CorruptData",
+    "Damage",
     "Cursor",
     "Published",
     "RolloutBatch",
@@ -42,6 +43,8 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
+        self.damaged: list[Damage] = []
+        """State snapshots the last `get_state` passed over."""
 
     @classmethod
     def of_run(cls, run_dir: str | os.PathLike[str]) -> Store:
@@ -75,15 +78,18 @@ class Store:
         return seq
 
     def get_state(self, name: str) -> tuple[dict[str, np.ndarray], dict[str, Any]] | None:
-        """The newest committed snapshot of `name`: (arrays, attributes), or None."""
-        import json
-
-        seqs = self._state_seqs(name)
-        if not seqs:
-            return None
-        group = self.path / "state" / name / f"{seqs[-1]:010d}"
-        arrays, _ = read_group(group)
-        return arrays, json.loads((group / "zarr.json").read_bytes()).get("attributes", {})
+        """The newest sound snapshot of `name`: (arrays, attributes), or None.
+        A damaged snapshot is passed over for the one before it, and listed
+        in `self.damaged`."""
+        self.damaged = []
+        for seq in reversed(self._state_seqs(name)):
+            group = self.path / "state" / name / f"{seq:010d}"
+            try:
+                arrays, _ = read_group(group)
+                return arrays, read_attributes(group)
+            except StoreError as e:
+                self.damaged.append(Damage(str(group), str(e)))
+        return None
 
     def _state_seqs(self, name: str) -> list[int]:
         folder = self.path / "state" / name

@@ -12,7 +12,7 @@ from typing import Any
 
 from rl.store import Store
 from rl.store.rollouts import Cursor
-from rl.store.zgroup import MARKER, read_marker
+from rl.store.zgroup import MARKER, Damage, StoreError, read_marker
 
 
 def _tree(path: Path) -> tuple[int, int]:
@@ -26,31 +26,44 @@ def _tree(path: Path) -> tuple[int, int]:
     return files, size
 
 
-def inspect(store_path: Path, cursor: Cursor | None = None, checkpoint: str | None = None) -> dict[str, Any]:
+def inspect(
+    store_path: Path, cursor: Cursor | None = None, checkpoint: str | None = None, damaged: list[Damage] | None = None
+) -> dict[str, Any]:
     """What the store at `store_path` holds; batches in `cursor` count as
-    consumed (by the learner checkpoint named `checkpoint`)."""
+    consumed (by the learner checkpoint named `checkpoint`). Every damaged
+    entry found on the way is listed under "damaged" with its reason (and
+    the caller's own `damaged`, such as unreadable checkpoints)."""
     store = Store(store_path)
+    damage: list[Damage] = list(damaged or [])
     ws = store.weights
     versions = ws.versions()
     weights: dict[str, Any] = {"versions": len(versions), "pins": ws.pinned()}
+    damage += ws.damaged
+    manifests = {}
+    for v in versions:
+        try:
+            manifests[v] = ws.manifest(v)
+        except StoreError as e:
+            damage.append(Damage(str(ws.path(v)), str(e)))
     if versions:
-        manifests = [ws.manifest(v) for v in versions]
-        latest = manifests[-1]
         files, size = _tree(ws.folder)
+        latest = manifests.get(versions[-1])
         weights.update(
             first=versions[0],
             latest=versions[-1],
-            full=sum(m["kind"] == "full" for m in manifests),
-            delta=sum(m["kind"] == "delta" for m in manifests),
+            latest_readable=latest is not None,
+            full=sum(m["kind"] == "full" for m in manifests.values()),
+            delta=sum(m["kind"] == "delta" for m in manifests.values()),
             bytes=size,
             files_per_version=_tree(ws.path(versions[-1]))[0],
-            latest_kind=latest["kind"],
-            latest_tensors=len(latest["tensors"]),
-            latest_written=sum(e["stored_in"] == latest["version"] for e in latest["tensors"].values()),
+            latest_kind=latest["kind"] if latest else None,
+            latest_tensors=len(latest["tensors"]) if latest else 0,
+            latest_written=sum(e["stored_in"] == versions[-1] for e in latest["tensors"].values()) if latest else 0,
         )
 
     reader = store.reader()
     keys = reader.committed()
+    damage += reader.damaged
     samples = tokens = 0
     per_writer: dict[str, int] = {}
     leftovers = []
@@ -62,7 +75,8 @@ def inspect(store_path: Path, cursor: Cursor | None = None, checkpoint: str | No
         per_writer[w] = per_writer.get(w, 0) + 1
     if folder.is_dir():
         for wdir in folder.iterdir():
-            leftovers += [f"{wdir.name}/{p.name}" for p in wdir.iterdir() if p.name.startswith(".")]
+            if wdir.is_dir():
+                leftovers += [f"{wdir.name}/{p.name}" for p in wdir.iterdir() if p.name.startswith(".")]
     consumed = sum(1 for k in keys if cursor is not None and k in cursor)
     files, size = _tree(folder) if folder.is_dir() else (0, 0)
     rollouts = {
@@ -80,11 +94,19 @@ def inspect(store_path: Path, cursor: Cursor | None = None, checkpoint: str | No
     state = {}
     sfolder = store.path / "state"
     if sfolder.is_dir():
-        for t in sorted(sfolder.iterdir()):
+        for t in sorted(p for p in sfolder.iterdir() if p.is_dir()):
             seqs = sorted(int(p.name) for p in t.iterdir() if p.name.isdigit() and (p / MARKER).exists())
             if seqs:
                 state[t.name] = {"latest": seqs[-1], "kept": len(seqs)}
-    return {"store": str(store.path), "weights": weights, "rollouts": rollouts, "state": state}
+                store.get_state(t.name)
+                damage += store.damaged
+    return {
+        "store": str(store.path),
+        "weights": weights,
+        "rollouts": rollouts,
+        "state": state,
+        "damaged": [{"path": d.path, "reason": d.reason} for d in damage],
+    }
 
 
 def _size(n: float) -> str:
@@ -107,6 +129,8 @@ def render(info: dict[str, Any]) -> str:
         lines.append(
             f"          latest v{w['latest']}: {w['latest_kind']}, {w['latest_written']} of "
             f"{w['latest_tensors']} tensors stored in it"
+            if w["latest_readable"]
+            else f"          latest v{w['latest']}: CANNOT BE READ (generators serve an older one)"
         )
     else:
         lines.append("weights   none published")
@@ -127,4 +151,7 @@ def render(info: dict[str, Any]) -> str:
         )
     for name, s in info["state"].items():
         lines.append(f"state     {name}: snapshot {s['latest']} ({s['kept']} kept)")
+    if info["damaged"]:
+        lines.append(f"DAMAGED   {len(info['damaged'])} entries skipped (the rest of the store is usable):")
+        lines += [f"          {d['path']}: {d['reason']}" for d in info["damaged"]]
     return "\n".join(lines)

@@ -38,7 +38,16 @@ from typing import Any
 import numpy as np
 
 from rl.fsio import sweep_temporaries
-from rl.store.zgroup import MARKER, StoreError, read_group, read_marker, write_committed
+from rl.store.zgroup import (
+    MARKER,
+    CorruptData,
+    Damage,
+    StoreError,
+    read_attributes,
+    read_group,
+    read_marker,
+    write_committed,
+)
 
 TIMINGS = ("generate_s", "execute_s", "verify_s")
 _WRITER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
@@ -271,8 +280,18 @@ class Cursor:
         return {"ranges": self.ranges}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Cursor:
-        return cls(data.get("ranges", {}))
+    def from_json(cls, data: Any) -> Cursor:
+        """The cursor saved by `to_json`; CorruptData when `data` is not one."""
+        ranges = data.get("ranges") if isinstance(data, dict) else None
+        ok = isinstance(ranges, dict) and all(
+            isinstance(w, str)
+            and isinstance(rs, list)
+            and all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) for x in r) for r in rs)
+            for w, rs in ranges.items()
+        )
+        if not ok:
+            raise CorruptData(f"not a cursor: {str(data)[:100]}")
+        return cls(ranges)
 
 
 class RolloutReader:
@@ -280,9 +299,12 @@ class RolloutReader:
 
     def __init__(self, store: str | os.PathLike[str]):
         self.folder = Path(store) / "rollouts"
+        self.damaged: list[Damage] = []
+        """What the last scan skipped, by path, with the reason."""
 
     def committed(self) -> list[tuple[str, int]]:
-        """Every committed batch key, in a stable order: commit time, writer, seq."""
+        """Every committed batch key, in a stable order: commit time, writer, seq.
+        Damaged entries are left out and listed in `self.damaged`."""
         return self._scan(None)
 
     def unconsumed(self, cursor: Cursor) -> list[tuple[str, int]]:
@@ -291,32 +313,60 @@ class RolloutReader:
         return self._scan(cursor)
 
     def _scan(self, skip: Cursor | None) -> list[tuple[str, int]]:
+        """The committed batches; what looks like a batch but is not a sound
+        one (no marker, a garbage marker, a marker naming another key, a file
+        where a folder should be) is skipped and recorded in `self.damaged`."""
+        self.damaged = []
         keys = []
         if not self.folder.is_dir():
             return []
-        for wdir in self.folder.iterdir():
-            if wdir.name.startswith(".") or not wdir.is_dir():
+        for wdir in sorted(self.folder.iterdir()):
+            if wdir.name.startswith("."):
                 continue
-            for b in wdir.iterdir():
-                if not b.name.isdigit() or (skip is not None and (wdir.name, int(b.name)) in skip):
+            if not wdir.is_dir():
+                self.damaged.append(Damage(str(wdir), "a file where a writer's folder should be"))
+                continue
+            for b in sorted(wdir.iterdir()):
+                if b.name.startswith("."):
+                    continue  # a writer's temporary: swept when it restarts
+                if not b.name.isdigit():
+                    self.damaged.append(Damage(str(b), "not named like a batch"))
                     continue
-                m = read_marker(b)
-                if m is not None:
-                    keys.append((m["committed_at"], wdir.name, int(b.name)))
+                key = (wdir.name, int(b.name))
+                if skip is not None and key in skip:
+                    continue
+                if not b.is_dir():
+                    self.damaged.append(Damage(str(b), "a file where a batch folder should be"))
+                    continue
+                try:
+                    m = read_marker(b)
+                except StoreError as e:
+                    self.damaged.append(Damage(str(b), str(e)))
+                    continue
+                if m is None:
+                    self.damaged.append(Damage(str(b), "no commit marker: deleted, or never committed here"))
+                    continue
+                if (m.get("writer"), m.get("seq")) != key:
+                    self.damaged.append(
+                        Damage(str(b), f"its marker names batch {m.get('writer')}/{m.get('seq')}: a copy, not read")
+                    )
+                    continue
+                keys.append((float(m.get("committed_at", 0.0)), wdir.name, int(b.name)))
         return [(w, s) for _, w, s in sorted(keys)]
 
     def read(self, key: tuple[str, int], verify: bool = True) -> RolloutBatch:
         writer, seq = key
         group = self.folder / writer / f"{seq:010d}"
         cols, marker = read_group(group, verify)
-        import json
-
-        attrs = json.loads((group / "zarr.json").read_bytes())["attributes"]
-        return RolloutBatch(
-            key=key,
-            columns=cols,
-            check_names=attrs["check_names"],
-            task_ids=attrs["task_ids"],
-            failures=attrs["failures"],
-            committed_at=marker["committed_at"],
-        )
+        attrs = read_attributes(group)
+        try:
+            return RolloutBatch(
+                key=key,
+                columns=cols,
+                check_names=list(attrs["check_names"]),
+                task_ids=list(attrs["task_ids"]),
+                failures=list(attrs["failures"]),
+                committed_at=float(marker["committed_at"]),
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CorruptData(f"{group / 'zarr.json'}: attributes lack what a batch has ({e})") from None

@@ -35,7 +35,17 @@ import numpy as np
 import xxhash
 
 from rl.fsio import atomic_write, commit_dir, sweep_temporaries
-from rl.store.zgroup import CorruptData, StoreError, array_metadata, checksum, chunk_key, group_metadata, map_chunk
+from rl.store.zgroup import (
+    CorruptData,
+    Damage,
+    StoreError,
+    array_metadata,
+    checksum,
+    chunk_key,
+    group_metadata,
+    map_chunk,
+    read_json_file,
+)
 
 MANIFEST = "manifest.json"
 ALIGN = 64
@@ -80,6 +90,8 @@ class WeightStore:
     def __init__(self, store: str | os.PathLike[str]):
         self.folder = Path(store) / "weights"
         self.pins = self.folder / "pins"
+        self.damaged: list[Damage] = []
+        """Pin files the last `pinned()` could not read."""
 
     # ---------------------------------------------------------------- listing
     def path(self, version: int) -> Path:
@@ -108,13 +120,20 @@ class WeightStore:
         return version
 
     def manifest(self, version: int) -> dict[str, Any]:
-        try:
-            data: dict[str, Any] = json.loads((self.path(version) / MANIFEST).read_bytes())
-            return data
-        except FileNotFoundError:
+        """The manifest of `version`: UnknownVersion when it is not committed,
+        CorruptData (naming the file) when it cannot be read."""
+        path = self.path(version) / MANIFEST
+        data = read_json_file(path)
+        if data is None:
             have = self.versions()
             span = f"{have[0]}..{have[-1]}" if have else "none"
-            raise UnknownVersion(f"weight version {version} is not committed (committed: {span})") from None
+            raise UnknownVersion(f"weight version {version} is not committed (committed: {span})")
+        if not isinstance(data, dict) or not isinstance(data.get("tensors"), dict) or "kind" not in data:
+            raise CorruptData(f"{path}: not a weight manifest")
+        for name, e in data["tensors"].items():
+            if not isinstance(e, dict) or not {"dtype", "shape", "nbytes", "xxh3", "stored_in", "offset"} <= set(e):
+                raise CorruptData(f"{path}: tensor {name!r} is not described whole")
+        return data
 
     # ---------------------------------------------------------------- publish
     def publish(
@@ -311,14 +330,20 @@ class WeightStore:
         (self.pins / f"{holder}.json").unlink(missing_ok=True)
 
     def pinned(self) -> dict[str, int]:
+        """holder -> pinned version. A pin file that cannot be read is listed
+        in `self.damaged`; while one exists, `retain` deletes nothing."""
+        self.damaged = []
         if not self.pins.is_dir():
             return {}
         out = {}
         for p in self.pins.glob("*.json"):
             try:
-                out[p.stem] = int(json.loads(p.read_text())["version"])
-            except (FileNotFoundError, ValueError, KeyError):
-                continue
+                data = read_json_file(p)
+                if data is None:
+                    continue  # unpinned meanwhile
+                out[p.stem] = int(data["version"])
+            except (StoreError, KeyError, TypeError, ValueError) as e:
+                self.damaged.append(Damage(str(p), f"unreadable pin ({e}): every version is kept"))
         return out
 
     def retain(self, keep_last: int, also_keep: Iterable[int] = ()) -> list[int]:
@@ -327,10 +352,16 @@ class WeightStore:
         if keep_last < 1:
             raise StoreError(f"keep_last must be >= 1, got {keep_last}")
         versions = self.versions()
-        keep = set(versions[-keep_last:]) | set(self.pinned().values()) | set(also_keep)
+        pins = self.pinned()
+        if self.damaged:  # a pin we cannot read may hold any version
+            return []
+        keep = set(versions[-keep_last:]) | set(pins.values()) | set(also_keep)
         for v in list(keep):
             if v in versions:
-                keep |= {e["stored_in"] for e in self.manifest(v)["tensors"].values()}
+                try:
+                    keep |= {e["stored_in"] for e in self.manifest(v)["tensors"].values()}
+                except CorruptData:  # what it points into is unknown: keep everything older too
+                    keep |= {u for u in versions if u <= v}
         dropped = [v for v in versions if v not in keep]
         for v in dropped:
             # out of sight in one rename, then removed

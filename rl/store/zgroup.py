@@ -27,6 +27,7 @@ import json
 import mmap
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ import numpy as np
 import xxhash
 
 from rl.errors import SarlError
-from rl.fsio import commit_dir
+from rl.fsio import CorruptFile, commit_dir, read_json
 
 MARKER = "_COMMIT.json"
 
@@ -44,7 +45,16 @@ class StoreError(SarlError, RuntimeError):
 
 
 class CorruptData(StoreError):
-    """Stored bytes do not match their checksum, or a file is missing."""
+    """Stored bytes do not match their checksum, a file is missing, or one
+    cannot be read as what it should be; the message names it."""
+
+
+@dataclass(frozen=True)
+class Damage:
+    """An entry of the store that was skipped as damaged."""
+
+    path: str
+    reason: str
 
 
 def checksum(buf: Any) -> str:
@@ -155,12 +165,33 @@ def write_committed(
 # ------------------------------------------------------------------ reading
 
 
-def read_marker(group: Path) -> dict[str, Any] | None:
+def read_json_file(path: Path) -> Any:
+    """A JSON file of the store, or None when missing; CorruptData naming the
+    file when it cannot be read (empty, torn, not JSON)."""
     try:
-        data: dict[str, Any] = json.loads((group / MARKER).read_bytes())
-        return data
-    except FileNotFoundError:
+        return read_json(path)
+    except CorruptFile as e:
+        raise CorruptData(str(e)) from None
+
+
+def read_marker(group: Path) -> dict[str, Any] | None:
+    """The commit marker of a group, or None when it has none. A marker that
+    is not a JSON object with its `arrays` listing raises CorruptData."""
+    data = read_json_file(group / MARKER)
+    if data is None:
         return None
+    if not isinstance(data, dict) or not isinstance(data.get("arrays"), dict):
+        raise CorruptData(f"{group / MARKER}: not a commit marker")
+    return data
+
+
+def read_attributes(group: Path) -> dict[str, Any]:
+    """The `attributes` of a group's zarr.json; CorruptData naming the file otherwise."""
+    meta = read_json_file(group / "zarr.json")
+    if not isinstance(meta, dict) or not isinstance(meta.get("attributes"), dict):
+        raise CorruptData(f"{group / 'zarr.json'}: not a Zarr group with attributes")
+    attrs: dict[str, Any] = meta["attributes"]
+    return attrs
 
 
 def map_chunk(path: Path) -> memoryview:
@@ -196,4 +227,7 @@ def read_group(group: Path, verify: bool = True) -> tuple[dict[str, np.ndarray],
     marker = read_marker(group)
     if marker is None:
         raise StoreError(f"{group}: not committed")
-    return {n: read_array(group, n, i, verify) for n, i in marker["arrays"].items()}, marker
+    try:
+        return {n: read_array(group, n, i, verify) for n, i in marker["arrays"].items()}, marker
+    except (KeyError, TypeError, ValueError) as e:  # a marker whose listing is not what was written
+        raise CorruptData(f"{group / MARKER}: bad array listing ({type(e).__name__}: {e})") from None
