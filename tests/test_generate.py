@@ -632,7 +632,12 @@ def test_preempted_generator_comes_back_serving_the_newest_version(
         _wait_endpoints(run_dir, 1, 60, version=1)
         announce = run_dir / "endpoints" / "generator-000000.json"
         pid = json.loads(announce.read_text())["pid"]
-        subprocess.run(["sbatch", "-p", "urgent", "-c", "8", "--wrap", "sleep 3"], check=True, capture_output=True)
+        subprocess.run(
+            ["sbatch", "-p", "urgent", "-c", "8", "-o", "/dev/null", "--wrap", "sleep 3"],
+            check=True,
+            capture_output=True,
+            cwd=workdir,
+        )
 
         def back() -> bool:  # the announcement goes when the generator is preempted, and comes back
             d = json.loads(announce.read_text()) if announce.exists() else {}

@@ -78,7 +78,7 @@ def test_preempted_role_checkpoints_requeues_and_resumes(workdir: Path, slurm: N
         "4 steps",
     )
     urgent = subprocess.run(
-        ["sbatch", "--parsable", "-p", "urgent", "-c", "8", "--wrap", "sleep 3"],
+        ["sbatch", "--parsable", "-p", "urgent", "-c", "8", "-o", "/dev/null", "--wrap", "sleep 3"],
         capture_output=True,
         text=True,
         check=True,

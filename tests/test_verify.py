@@ -374,10 +374,10 @@ def test_sarl_verify_takes_weights_from_a_run_config(tmp_path: Path) -> None:
     samples = tmp_path / "s.jsonl"
     samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": "    return undefined_name\n"}) + "\n")
     run = tmp_path / "run.toml"
-    run.write_text('[run]\nname = "x"\n[smoke]\n[verify]\nweights = {tests = 1.0, static = 1.0}\n')
+    run.write_text('[run]\nname = "x"\n[verify]\nweights = {tests = 1.0, static = 1.0}\n')  # no role: none needed
     out = sarl("verify", str(tasks), str(samples), "--config", str(run), cwd=tmp_path)
     assert json.loads(out.stdout)["mean_reward"] == 0.375  # tests 0, static 0.75: (0 + 0.75) / 2
-    run.write_text('[run]\nname = "x"\n[smoke]\n[verify]\nweights = {speed = 1.0}\n')
+    run.write_text('[run]\nname = "x"\n[verify]\nweights = {speed = 1.0}\n')
     out = sarl("verify", str(tasks), str(samples), "--config", str(run), cwd=tmp_path, check=False)
     assert out.returncode == 2 and "verify.weights" in out.stderr and "unknown check(s) ['speed']" in out.stderr
 
