@@ -34,9 +34,11 @@ is produced by exactly one version, which it names.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import json
 import logging
+import socket
 import threading
 import time
 from collections import deque
@@ -297,29 +299,56 @@ class GeneratorServer:
 
 
 class _BoundedHTTPServer(ThreadingHTTPServer):
-    """A thread per connection, up to a bound; beyond it a connection gets a
-    503 at once and is closed (no thread, no wait)."""
+    """A thread per connection, up to a bound. Beyond it, a connection is
+    handed to one rejecting thread, which answers 503 and closes it; when
+    even that one is behind, the connection is closed at once. Accepting
+    never waits on a client."""
 
     daemon_threads = True
     request_queue_size = 1024  # a burst of connections waits to be answered instead of being reset
+    REJECT_BODY = b'{"error": "busy: too many connections", "retry_after_s": 1}'
 
     def __init__(self, address: Any, handler: Any, slots: threading.BoundedSemaphore):
+        import queue
+
         self.slots = slots
+        self.rejects: queue.Queue[Any] = queue.Queue(maxsize=256)
         super().__init__(address, handler)
+        threading.Thread(target=self._reject_loop, name="reject", daemon=True).start()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self.slots.acquire(blocking=False):
-            body = b'{"error": "busy: too many connections", "retry_after_s": 1}'
-            head = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-            head += f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+        if self.slots.acquire(blocking=False):
+            super().process_request(request, client_address)
+            return
+        try:
+            self.rejects.put_nowait(request)
+        except Exception:  # noqa: BLE001 (queue full: no answer at all is the only cheap one)
+            self.shutdown_request(request)
+
+    def _reject_loop(self) -> None:
+        head = (
+            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+            f"Content-Length: {len(self.REJECT_BODY)}\r\nConnection: close\r\n\r\n"
+        ).encode()
+        while True:
+            request = self.rejects.get()
             try:
+                # read what the client sent: closing a socket with unread bytes
+                # resets the connection, and the client would never see the 503
+                request.settimeout(0.05)
+                with contextlib.suppress(OSError):
+                    while request.recv(1 << 16):
+                        pass
                 request.settimeout(1.0)
-                request.sendall(head.encode() + body)
+                request.sendall(head + self.REJECT_BODY)
+                request.shutdown(socket.SHUT_WR)
+                request.settimeout(0.2)
+                with contextlib.suppress(OSError):
+                    while request.recv(1 << 16):  # until the client has read the reply and closed
+                        pass
             except OSError:
                 pass
             self.shutdown_request(request)
-            return
-        super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
