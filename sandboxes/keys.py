@@ -25,13 +25,16 @@ KEYCTL_CLEAR = 7
 KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
 
+# Looked up once, at import: `fresh_keyrings` runs in a child between fork and
+# exec, where only async-signal-safe work belongs (no dlopen, no imports).
+_NR_KEYCTL = _SYSCALLS.get(platform.machine(), (None, None))[1]
+_syscall = ctypes.CDLL(None, use_errno=True).syscall if _NR_KEYCTL is not None else None
 
-def _keyctl(*args: int | None) -> int:
-    numbers = _SYSCALLS.get(platform.machine())
-    if numbers is None:
+
+def _keyctl(op: int, arg: int | None) -> int:
+    if _syscall is None:
         return -1  # an architecture we do not know the syscall number of: nothing to do here
-    libc = ctypes.CDLL(None, use_errno=True)
-    return int(libc.syscall(numbers[1], *(ctypes.c_long(a) if isinstance(a, int) else None for a in args)))
+    return int(_syscall(_NR_KEYCTL, ctypes.c_long(op), ctypes.c_long(arg) if arg is not None else None))
 
 
 def clear_user_keyrings() -> None:
