@@ -67,7 +67,7 @@ def test_zarr_reads_what_the_store_wrote(tmp_path: Path) -> None:
     store.writer("w0").write(0, make_samples("w0", 0, 4, 6))
     g = zarr.open_group(str(tmp_path / "rollouts" / "w0" / f"{0:010d}"), mode="r")
     b = store.reader().read(("w0", 0))
-    for name in ("tokens", "loss_mask", "logprobs", "offsets", "ids", "scores"):
+    for name in ("tokens", "versions", "logprobs", "offsets", "ids", "scores"):
         assert np.array_equal(g[name][...], b.columns[name]), name  # type: ignore[index]
     assert g.attrs["task_ids"] == b.task_ids
     assert g.attrs["score_columns"] == [

@@ -4,8 +4,10 @@ Layout: `store.zarr/rollouts/<writer>/<seq:010d>/`, one committed group per
 batch (see zgroup). Columns:
 
   tokens    int32  [T]      every sample's token ids, concatenated
-  loss_mask uint8  [T]      1 where the policy produced the token and it is
-                            trained on; 0 for prompt and observation tokens
+  versions  int32  [T]      the weight version that sampled each token, -1
+                            for prompt and observation tokens; the loss mask
+                            is `versions >= 0` (a trajectory can span several
+                            versions when weights change mid-episode)
   logprobs  float32[T]      behaviour log-prob of each token under the policy
                             version that sampled it; 0 where loss_mask is 0
   offsets   int64  [N+1]    sample i is tokens[offsets[i]:offsets[i+1]]
@@ -15,7 +17,8 @@ batch (see zgroup). Columns:
                             timings generate_s, execute_s, verify_s; column
                             names in the attribute `score_columns`
 attributes: writer, seq, score_columns, task ids and failures (strings).
-Per-sample values share two arrays so that a batch is 6 arrays: 14 files in
+Per-sample values share two arrays, and the loss mask is the version column's
+sign, so that a batch is 6 arrays: 14 files in
 7 folders, which matters on a parallel filesystem's metadata server.
 
 Exactly once: a batch is keyed by (writer, seq). A writer restarted after a
@@ -83,6 +86,14 @@ class Sample:
     """Seconds spent: generate_s, execute_s, verify_s."""
     failure: str = ""
     """Why the episode failed (infrastructure or policy), empty if it did not."""
+    versions: np.ndarray | None = None
+    """Weight version that sampled each token, -1 where loss_mask is 0. None:
+    `policy_version` for every sampled token."""
+
+    def token_versions(self) -> np.ndarray:
+        if self.versions is not None:
+            return np.asarray(self.versions)
+        return np.where(np.asarray(self.loss_mask) == 1, self.policy_version, -1).astype(np.int32)
 
 
 @dataclass
@@ -129,7 +140,8 @@ class RolloutBatch:
             group_id=int(self.group_id[i]),
             policy_version=int(self.policy_version[i]),
             tokens=c["tokens"][a:b],
-            loss_mask=c["loss_mask"][a:b],
+            loss_mask=(c["versions"][a:b] >= 0).astype(np.uint8),
+            versions=c["versions"][a:b],
             logprobs=c["logprobs"][a:b],
             reward=float(self.reward[i]),
             checks=dict(zip(self.check_names, map(float, self.checks[i]), strict=True)),
@@ -150,6 +162,8 @@ def _columns(samples: Sequence[Sample]) -> tuple[dict[str, np.ndarray], list[str
         n = np.shape(s.tokens)
         if len(n) != 1 or np.shape(s.loss_mask) != n or np.shape(s.logprobs) != n:
             _explain_shapes(i, s)
+        if s.versions is not None and np.shape(s.versions) != n:
+            raise BadRollout(f"sample {i} ({s.task_id!r}): versions has shape {np.shape(s.versions)}, tokens {n}")
         if s.checks.keys() != check_keys:
             raise BadRollout(f"sample {i} ({s.task_id!r}): checks {sorted(s.checks)} differ from the batch's {names}")
         if not math.isfinite(s.reward):
@@ -174,6 +188,9 @@ def _columns(samples: Sequence[Sample]) -> tuple[dict[str, np.ndarray], list[str
     loss_mask = np.concatenate([s.loss_mask for s in samples]).astype(np.uint8, copy=False)
     if loss_mask.max(initial=0) > 1:
         raise BadRollout("loss_mask must hold only 0 and 1")
+    versions = np.concatenate([s.token_versions() for s in samples]).astype(np.int32, copy=False)
+    if versions.shape != loss_mask.shape or not np.array_equal(versions >= 0, loss_mask == 1):
+        raise BadRollout("versions must be >= 0 exactly where loss_mask is 1 (the tokens the policy sampled)")
     scores = np.empty((len(samples), 1 + len(names) + len(TIMINGS)), dtype=np.float64)
     scores[:, 0] = [s.reward for s in samples]
     for j, name in enumerate(names):
@@ -182,7 +199,7 @@ def _columns(samples: Sequence[Sample]) -> tuple[dict[str, np.ndarray], list[str
         scores[:, 1 + len(names) + j] = [s.timings.get(t, 0.0) for s in samples]
     cols: dict[str, np.ndarray] = {
         "tokens": tokens.astype(np.int32, copy=False),
-        "loss_mask": loss_mask,
+        "versions": versions,
         "logprobs": np.concatenate([s.logprobs for s in samples]).astype(np.float32, copy=False),
         "offsets": offsets,
         "ids": np.array([(s.group_id, s.policy_version) for s in samples], dtype=np.int64),

@@ -42,6 +42,19 @@ class TaskLimits(BaseModel):
     """Memory of the sandbox while the tests run."""
 
 
+class Example(BaseModel):
+    """A visible check: a call and the repr it should give. The policy sees
+    these (they are in the prompt) and the agent runs them during an episode;
+    the hidden `tests` decide the reward."""
+
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
+
+    call: str = Field(min_length=1)
+    """A Python expression, e.g. `add(2, 3)`."""
+    expected: str
+    """What the expression should evaluate to, as Python source, e.g. `5`."""
+
+
 class Task(BaseModel):
     """One executable task."""
 
@@ -61,6 +74,8 @@ class Task(BaseModel):
     """A reference completion that passes every test (validation uses it)."""
     files: dict[str, str] = Field(default_factory=dict)
     """Starting files of the work dir, by relative path."""
+    examples: list[Example] = Field(default_factory=list)
+    """Visible checks, from the prompt (HumanEval: its `>>>` lines); never the hidden tests."""
     expected_files: dict[str, str] = Field(default_factory=dict)
     """Files the episode must leave behind, by relative path (the final-state check)."""
     runtime: Literal["system", "venv", "node"] = "system"

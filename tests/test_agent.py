@@ -1,0 +1,144 @@
+"""The agent: actions parsed from sloppy replies, visible examples, and
+multi-turn trajectories whose trained ids are exactly the sampled ones
+(real SmolLM2, real HF engine, real sandboxes, real verifier)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from rl.agent.actions import parse_action
+from rl.agent.config import AgentConfig
+from rl.agent.observe import describe, run_action
+from rl.agent.tokens import ObservationTokens
+from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams
+from rl.model import chat_ids, checkpoint, load_tokenizer
+from rl.rollout.episode import run_episode
+from rl.store import Sample, Store
+from rl.tasks.importers import doctest_examples, import_humaneval
+from rl.verify.config import VerifyConfig
+from rl.verify.verifier import Verifier
+from sandboxes import open_sandbox
+
+HUMANEVAL = {t.task_id: t for t in import_humaneval()}
+
+
+@pytest.mark.parametrize(
+    ("reply", "code", "how"),
+    [
+        ("Here:\n```python\ndef f(x):\n    return x\n```\nDone.", "def f(x):\n    return x", "python-block"),
+        (
+            "```\ndef f():\n    return 1\n```\n```py\ndef f():\n    return 2\n```",
+            "def f():\n    return 2",
+            "python-block",
+        ),
+        ("```\ndef f():\n    return 1\n```", "def f():\n    return 1", "block"),
+        ("Sure! ```python\ndef f():\n    return 3\n", "def f():\n    return 3", "open-fence"),
+        ("def f():\n    return 4\nThis returns four.", "def f():\n    return 4", "bare-code"),
+        ("I cannot help with that.", "", "none"),
+    ],
+)
+def test_actions_are_found_in_sloppy_replies(reply: str, code: str, how: str) -> None:
+    a = parse_action(reply)
+    assert (a.code, a.how) == (code, how)
+
+
+def test_visible_examples_come_from_the_prompt_never_the_tests() -> None:
+    t0 = HUMANEVAL["HumanEval/0"]
+    assert [(e.call, e.expected) for e in t0.examples] == [
+        ("has_close_elements([1.0, 2.0, 3.0], 0.5)", "False"),
+        ("has_close_elements([1.0, 2.8, 3.0, 4.0, 5.0, 2.0], 0.3)", "True"),
+    ]
+    arrows = doctest_examples('def f(s):\n    """\n    f("ab") ➞ 2\n    f("") == 0\n    f(x) = y\n    """\n', "f")
+    assert [(e.call, e.expected) for e in arrows] == [('f("ab")', "2"), ('f("")', "0")]
+    for t in HUMANEVAL.values():  # no hidden-test assertion leaks into the examples
+        assert all(e.call not in t.tests or e.call in t.prompt for e in t.examples), t.task_id
+
+
+def test_examples_run_in_the_episode_sandbox_and_failures_are_shown() -> None:
+    t0 = HUMANEVAL["HumanEval/0"]
+    right = "def has_close_elements(numbers, threshold):\n" + t0.reference
+    with open_sandbox() as sb:
+        good = run_action(sb, t0, right, 5.0)
+        bad = run_action(sb, t0, "def has_close_elements(numbers, threshold):\n    print('hi')\n    return True\n", 5.0)
+        crash = run_action(sb, t0, "def has_close_elements(:\n", 5.0)
+        hang = run_action(sb, t0, "while True:\n    pass\n", 1.0)
+    assert good.all_pass and len(good.examples) == 2
+    assert not bad.all_pass and bad.stdout == "hi\nhi\n" and [x[3] for x in bad.examples] == [False, True]
+    text = describe(bad, True)
+    assert "Examples: 1 of 2 passed." in text and "expected False, got True" in text and "Output:\nhi\nhi" in text
+    assert not crash.loaded and "SyntaxError" in describe(crash, True)
+    assert hang.limit == "wall_time" and "wall time limit" in describe(hang, True)
+
+
+@pytest.fixture(scope="module")
+def tok(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    return load_tokenizer(checkpoint(ModelConfig(dtype="float32")))
+
+
+def test_observation_ids_continue_the_template_without_retokenising(tok: Any) -> None:
+    obs = ObservationTokens(tok)
+    msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "Q"}]
+    prompt = chat_ids(tok, msgs)
+    reply = "```python\ndef f():\n    return 1\n```"
+    sampled = tok.encode(reply, add_special_tokens=False) + [obs.end_id]
+    ids = prompt + sampled + obs.after_reply(sampled, "Examples: 0 of 1 passed.")
+    full = msgs + [{"role": "assistant", "content": reply}, {"role": "user", "content": "Examples: 0 of 1 passed."}]
+    assert ids == chat_ids(tok, full)  # the same ids the template gives for the whole conversation
+    cut = tok.encode("def f(", add_special_tokens=False)  # a reply cut by the token limit: end of turn added
+    assert obs.after_reply(cut, "x")[0] == obs.end_id
+
+
+@pytest.mark.slow
+def test_multi_turn_episodes_train_on_exactly_the_sampled_ids(tok: Any, tmp_path: Path) -> None:
+    from rl.engine import make_engine
+
+    engine = make_engine(HFEngineConfig(max_model_len=2048), ModelConfig(dtype="float32"))
+    sampled: list[tuple[list[int], list[float]]] = []
+
+    def generate(prompt: list[int], params: SamplingParams) -> tuple[Any, int]:
+        [[c]] = engine.generate([prompt], params)
+        sampled.append((list(c.token_ids), list(c.logprobs)))
+        return c, 7  # the version this test says served it
+
+    cfg = AgentConfig(max_turns=2, max_tokens=128, temperature=0.9, stop_when_examples_pass=True)
+    episodes = []
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        for k, tid in enumerate(["HumanEval/0", "HumanEval/2", "HumanEval/29"]):
+            sampled.clear()
+            ep = run_episode(HUMANEVAL[tid], cfg, generate, tok, sb, verifier, max_model_len=2048, seed=100 + k)
+            sb.reset()
+            episodes.append((ep, list(sampled)))
+    assert any(ep.turns >= 2 for ep, _ in episodes), [(ep.turns, ep.end) for ep, _ in episodes]
+    rows = []
+    for i, (ep, calls) in enumerate(episodes):
+        a = ep.trajectory.arrays()
+        mask = a["loss_mask"] == 1
+        assert a["tokens"][mask].tolist() == [t for ids, _ in calls for t in ids]  # trained ids == sampled ids
+        assert np.allclose(a["logprobs"][mask], [lp for _, lps in calls for lp in lps])
+        assert set(a["versions"][mask].tolist()) == {7} and set(a["versions"][~mask].tolist()) == {-1}
+        assert ep.turns == len(calls) and ep.end in ("examples-pass", "max-turns", "token-budget")
+        assert ep.verdict is not None and 0.0 <= ep.verdict.reward <= 1.0
+        rows.append(
+            Sample(
+                task_id=f"{i}",
+                group_id=i,
+                policy_version=7,
+                tokens=a["tokens"],
+                loss_mask=a["loss_mask"],
+                logprobs=a["logprobs"],
+                reward=ep.verdict.reward,
+                checks=ep.verdict.sample_checks(),
+                timings=ep.timings,
+                versions=a["versions"],
+            )
+        )
+    store = Store(tmp_path)
+    store.writer("w0").write(0, rows)
+    back = store.reader().read(("w0", 0)).samples()
+    for row, got in zip(rows, back, strict=True):  # what the learner reads is what was sampled
+        assert np.array_equal(got.tokens, row.tokens) and np.array_equal(got.loss_mask, row.loss_mask)
+        assert np.array_equal(got.versions, row.versions) and np.array_equal(got.logprobs, row.logprobs)
