@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from rl.engine.config import ModelConfig
 from rl.errors import ConfigError
 from rl.generator.config import GeneratorRole
+from rl.rollout.config import RolloutRole
 from rl.run.config import Executor, JobResources, LocalExecutor, RoleConfig, RunSection, SlurmExecutor, SmokeRole
 from rl.schema import SAFE, TAG, Section, models_in, tag_values
 from rl.tasks.config import ValidateRole
@@ -95,6 +96,8 @@ class Config(Section):
     """Task validation as a job array; absent: not run."""
     generator: GeneratorRole | None = role("jobs.generator:Generator")
     """Generators serving the policy; absent: not run."""
+    rollout: RolloutRole | None = role("jobs.rollout:Rollout")
+    """Rollout workers playing episodes against the generators; absent: not run."""
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
@@ -104,6 +107,8 @@ class Config(Section):
                     f"{name}.job.nodes = {role.job.nodes} needs executor.type = 'slurm'; "
                     "the local executor has one node"
                 )
+            if name == "rollout" and self.generator is None:
+                raise ValueError("rollout: rollout workers need generators: add a [generator] section")
             if isinstance(self.executor, SlurmExecutor) and self.executor.signal_delay_s >= 60 * role.job.time_min:
                 raise ValueError(
                     f"executor.signal_delay_s = {self.executor.signal_delay_s} is not shorter than "
@@ -271,13 +276,31 @@ def validate_config(
         raise ConfigError(f"{source}: executor.type = 'slurm' but sbatch is not on PATH")
     if not cfg.run.root.is_absolute():
         cfg.run.root = ((base_dir or Path.cwd()) / cfg.run.root).resolve()
-    if cfg.validation is not None:
-        tasks_file = cfg.validation.tasks_file
+    for name in ("validation", "rollout"):
+        section = getattr(cfg, name)
+        if section is None:
+            continue
+        tasks_file = section.tasks_file
         if not tasks_file.is_absolute():
-            cfg.validation.tasks_file = tasks_file = ((base_dir or Path.cwd()) / tasks_file).resolve()
+            section.tasks_file = tasks_file = ((base_dir or Path.cwd()) / tasks_file).resolve()
         if not tasks_file.is_file():
-            raise ConfigError(f"{source}: validation.tasks_file: {tasks_file} does not exist")
+            raise ConfigError(f"{source}: {name}.tasks_file: {tasks_file} does not exist")
+        if name == "rollout":
+            _check_tasks(tasks_file, f"{source}: rollout.tasks_file")
     return cfg
+
+
+def _check_tasks(path: Path, where: str) -> None:
+    """A task file that a role draws from must be sound before anything is submitted."""
+    from rl.errors import SarlError
+    from rl.tasks.format import read_tasks
+
+    try:
+        n = sum(1 for _ in read_tasks(path))
+    except SarlError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    if n == 0:
+        raise ConfigError(f"{where}: {path} holds no task")
 
 
 # ----------------------------------------------------------------- TOML out
