@@ -219,7 +219,7 @@ class WeightStore:
             self._write_blob(tmp, [(_raw(tensors[n]), entries[n]["offset"]) for n in to_write], offset)
             (tmp / MANIFEST).write_text(json.dumps(manifest))
 
-        if not commit_dir(self.path(version), build):  # a concurrent publisher committed it first
+        if not commit_dir(self.path(version), build, marker=MANIFEST):  # a concurrent publisher committed first
             return Published(version, kind, 0, 0, committed=False)
         return Published(version, kind, len(to_write), offset, committed=True)
 

@@ -159,7 +159,7 @@ def write_committed(
     marker: dict[str, Any] | None = None,
 ) -> bool:
     """Write and commit a group at `final` (rl.fsio.commit_dir). False if it was already committed."""
-    return commit_dir(final, lambda tmp: write_group(tmp, arrays, attrs or {}, marker or {}))
+    return commit_dir(final, lambda tmp: write_group(tmp, arrays, attrs or {}, marker or {}), marker=MARKER)
 
 
 # ------------------------------------------------------------------ reading
