@@ -264,10 +264,10 @@ class Child:
         self.audit_open = True
         self.ready = False
 
-    def wait_ready(self):
-        """Wait for the solution to load; its audit events so far are in `events`."""
+    def _reply(self, timeout):
+        """The child's next line, with the audit events it sent before it."""
         try:
-            hello = self._line(timeout=max(5.0, self.call_s))
+            line = self._line(timeout)
         except ChildDied:
             self.drain_events(alive=False)
             raise
@@ -275,6 +275,11 @@ class Child:
             self.drain_events()
             raise
         self.drain_events()
+        return line
+
+    def wait_ready(self):
+        """Wait for the solution to load; its audit events so far are in `events`."""
+        hello = self._reply(max(5.0, self.call_s))
         if not hello.get("ready"):
             raise LoadFailed(hello.get("error", "solution did not load"))
         self.ready = True
@@ -332,15 +337,7 @@ class Child:
             os.write(self.w, (json.dumps({"nonce": nonce, "args": args, "kwargs": kwargs}) + "\n").encode())
         except (BrokenPipeError, OSError):
             raise ChildDied("the solution's process ended")
-        try:
-            reply = self._line(self.call_s)
-        except ChildDied:
-            self.drain_events(alive=False)
-            raise
-        except CallTimeout:
-            self.drain_events()
-            raise
-        self.drain_events()
+        reply = self._reply(self.call_s)
         if reply.get("nonce") != nonce:
             raise ChildDied("reply out of protocol")
         if "error" in reply:
