@@ -5,7 +5,9 @@ progress; which groups are committed is read from the store when it starts,
 so a worker killed at any instant starts over with exactly the groups that
 no batch of its holds.
 
-TensorBoard (`RUN/tb/rollout-NNNNNN/`) is not drawn yet; `sarl status`
+TensorBoard (`RUN/tb/rollout-NNNNNN/`, step: episodes committed): episodes/s,
+reward (histogram and mean), each check, failures by reason, turns, tokens,
+time in generate / execute / verify, retries, staleness. `sarl status`
 shows groups committed, batches, episodes, retries and failures by reason.
 """
 

@@ -121,6 +121,15 @@ def test_every_group_is_committed_once_through_sigkills(workdir: Path, tasks_fil
         assert len(state["starts"]) == kills + 1
         batch = reader.read(reader.committed()[0]).samples()[0]
         assert batch.versions is not None and set(batch.versions[batch.loss_mask == 1]) == {0}
+
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(run / "tb" / "rollout-000000"), size_guidance={"scalars": 0})
+        acc.Reload()
+        tags = set(acc.Tags()["scalars"])
+        assert {"rollout/reward_mean", "rollout/episodes_per_s", "rollout/time/verify_s", "rollout/turns"} <= tags
+        steps = [e.step for e in acc.Scalars("rollout/batches")]
+        assert steps == sorted(steps) and steps[-1] == 12  # through restarts, steps never go back
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)
         time.sleep(0.5)

@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -127,6 +128,8 @@ class Worker:
         self.writer_id = f"rollout-{index:06d}"
         self.tasks = list(read_tasks(role_cfg.tasks_file))
         self.stop = threading.Event()
+        self.started = time.monotonic()
+        self.tb: Any = None
 
     def my_groups(self) -> list[int]:
         return list(range(self.index, self.rc.groups, self.rc.tasks))
@@ -139,6 +142,12 @@ class Worker:
         from sandboxes.pool import WarmPool
 
         tokenizer = load_tokenizer(checkpoint(self.cfg.model))
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(Path(self.run_dir) / "tb" / self.writer_id))
+        except ImportError:
+            log.warning("tensorboard is not installed: no curves for this worker")
         client = GeneratorClient(self.run_dir, max_inflight=self.rc.concurrency)
         writer = self.store.writer(self.writer_id)
         done = committed_groups(self.store, self.writer_id) | {int(g) for g in abandoned}
@@ -194,6 +203,8 @@ class Worker:
                 if len(pending) >= self.rc.batch_groups or (pending and not queue and not inflight):
                     self._commit(writer, pending, stats)
                     pending = []
+        if self.tb is not None:
+            self.tb.close()
         return {"worker": self.index, **stats, "abandoned": len(abandoned)}
 
     # ------------------------------------------------------------------ parts
@@ -254,14 +265,43 @@ class Worker:
         samples = [s for r in results for s in to_samples(r)]
         seq = writer.next_seq()
         writer.write(seq, samples)
+        self.committed |= {r.group for r in results}
         rewards = np.array([s.reward for s in samples])
         log.info("committed batch %d: %d groups, mean reward %.3f", seq, len(results), float(rewards.mean()))
+        self._curves(seq, results, samples, stats)
         self.progress(
             batches=seq + 1,
-            groups_committed=len(committed_groups(self.store, self.writer_id)),
-            **{
-                "episodes": stats["episodes"],
-                "retries": stats["retries"],
-                "failures": dict(stats["failures"]),
-            },
+            groups_committed=len(self.committed),
+            episodes=stats["episodes"],
+            retries=stats["retries"],
+            failures=dict(stats["failures"]),
         )
+
+    def _curves(self, seq: int, results: list[GroupResult], samples: list[Sample], stats: dict[str, Any]) -> None:
+        """TensorBoard (`RUN/tb/rollout-NNNNNN/`). The step is the episodes this
+        worker has committed, read from the store at start: it never goes back
+        after a restart."""
+        if self.tb is None:
+            return
+        step = len(self.committed) * self.rc.group_size
+        episodes = [e for r in results for e in r.episodes]
+        tb = self.tb
+        tb.add_scalar("rollout/episodes_per_s", stats["episodes"] / max(1e-9, time.monotonic() - self.started), step)
+        tb.add_histogram("rollout/reward", np.array([s.reward for s in samples]), step)
+        tb.add_scalar("rollout/reward_mean", float(np.mean([s.reward for s in samples])), step)
+        for name in samples[0].checks:
+            vals = [s.checks[name] for s in samples if not np.isnan(s.checks[name])]
+            if vals:
+                tb.add_scalar(f"rollout/check/{name}", float(np.mean(vals)), step)
+        for why, n in stats["failures"].items():
+            tb.add_scalar(f"rollout/failures/{why}", n, step)
+        tb.add_scalar("rollout/turns", float(np.mean([e.turns for e in episodes])), step)
+        tb.add_scalar("rollout/tokens", float(np.mean([len(e.trajectory) for e in episodes])), step)
+        for t in ("generate_s", "execute_s", "verify_s"):
+            tb.add_scalar(f"rollout/time/{t}", float(np.mean([e.timings.get(t, 0.0) for e in episodes])), step)
+        tb.add_scalar("rollout/retries", stats["retries"], step)
+        latest = self.store.weights.latest() or 0
+        versions = [s.policy_version for s in samples]
+        tb.add_scalar("rollout/staleness", float(latest - min(versions)), step)
+        tb.add_scalar("rollout/batches", seq + 1, step)
+        tb.flush()
