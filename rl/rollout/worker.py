@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import random
-import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -60,7 +59,7 @@ def failure_of(ep: Episode) -> str:
         return ""
     if not ep.completion.strip():
         return "no-code"
-    if ep.end in ("deadline", "token-budget") and not v.passed:
+    if ep.end in ("deadline", "token-budget"):
         return ep.end
     why = v.failure
     if why.startswith("limit hit"):
@@ -127,7 +126,6 @@ class Worker:
         self.run_dir = run_dir
         self.writer_id = f"rollout-{index:06d}"
         self.tasks = list(read_tasks(role_cfg.tasks_file))
-        self.stop = threading.Event()
         self.started = time.monotonic()
         self.tb: Any = None
 
@@ -135,7 +133,6 @@ class Worker:
         return list(range(self.index, self.rc.groups, self.rc.tasks))
 
     def run(self, abandoned: dict[str, str]) -> dict[str, Any]:
-        from rl.engine.config import ModelConfig  # noqa: F401 (the model config travels in cfg)
         from rl.generator.client import GeneratorClient
         from rl.model import checkpoint, load_tokenizer
         from rl.verify.verifier import Verifier
