@@ -65,7 +65,9 @@ class Outcome:
 def run_action(sandbox: Any, task: Task, code: str, run_s: float) -> Outcome:
     """Run `code` with the task's examples in `sandbox` (the episode's: what it wrote stays)."""
     params = {"source": task.prompt + "\n" + code + "\n", "examples": [[e.call, e.expected] for e in task.examples]}
-    limits = Limits(wall_s=run_s, cpu_s=run_s, memory_mb=task.limits.memory_mb)
+    # wall time is the limit an episode lives by; CPU time may run at twice
+    # its pace on two cores, so its bound is set where only threads reach it
+    limits = Limits(wall_s=run_s, cpu_s=2 * run_s, memory_mb=task.limits.memory_mb)
     r = sandbox.run_snippet(RUN_EXAMPLES, limits=limits, globals={"PARAMS": params}, cache=True)
     out = r.stdout.decode(errors="replace")
     head, sep, last = out.rstrip("\n").rpartition("\n" + MARKER)
