@@ -82,31 +82,42 @@ def learner(run_dir: str, every: int, max_batches: int) -> None:
 
 
 def poller(store: str, seconds: float) -> None:
-    """Reads everything committed, again and again; reports what it saw."""
+    """Reads everything committed, again and again, and loads the newest
+    weights between batches (not only once a sweep: sweeps grow long as
+    batches accumulate); reports what it saw."""
     s = Store(store)
-    reads = loads = errors = 0
+    counts = {"reads": 0, "loads": 0, "errors": 0}
     end = time.time() + seconds
+
+    def load_weights() -> None:
+        if s.weights.latest() is None:
+            return
+        try:
+            v, t = s.weights.load()
+            if float(t["w"][0]) != float(v):
+                counts["errors"] += 1
+            counts["loads"] += 1
+        except (CorruptData, StoreError, FileNotFoundError) as e:
+            print(f"error weights: {e}", flush=True)
+            counts["errors"] += 1
+
     while time.time() < end:
         for key in s.reader().committed():
             try:
                 b = s.reader().read(key)
                 expected = make_samples(key[0], key[1], len(b), len(b.sample(0).tokens))
                 if [x.task_id for x in b.samples()] != [x.task_id for x in expected]:
-                    errors += 1
-                reads += 1
+                    counts["errors"] += 1
+                counts["reads"] += 1
             except (CorruptData, StoreError, FileNotFoundError) as e:
                 print(f"error {key}: {e}", flush=True)
-                errors += 1
-        if s.weights.latest() is not None:
-            try:
-                v, t = s.weights.load()
-                if float(t["w"][0]) != float(v):
-                    errors += 1
-                loads += 1
-            except (CorruptData, StoreError, FileNotFoundError) as e:
-                print(f"error weights: {e}", flush=True)
-                errors += 1
-    print(json.dumps({"reads": reads, "loads": loads, "errors": errors}), flush=True)
+                counts["errors"] += 1
+            if counts["reads"] % 20 == 0:
+                load_weights()
+            if time.time() >= end:
+                break
+        load_weights()
+    print(json.dumps(counts), flush=True)
 
 
 if __name__ == "__main__":
