@@ -1,20 +1,22 @@
 """The `rollout` role: one worker of the rollout array (rl.rollout.worker).
 
-Its state records the groups it abandoned (with their reasons) and its
-progress; which groups are committed is read from the store when it starts,
-so a worker killed at any instant starts over with exactly the groups that
-no batch of its holds.
+Its state records the task planned for each group and the groups it
+abandoned (with their reasons); which groups are committed is read from the
+store when it starts, so a worker killed at any instant starts over with
+exactly the groups that no batch holds, each with its planned task. On USR2
+it commits the groups it has complete, then requeues.
 
-TensorBoard (`RUN/tb/rollout-NNNNNN/`, step: episodes committed): episodes/s,
-reward (histogram and mean), each check, failures by reason, turns, tokens,
-time in generate / execute / verify, retries, staleness. `sarl status`
-shows groups committed, batches, episodes, retries and failures by reason.
+TensorBoard (`RUN/tb/rollout-NNNNNN/`, step: episodes committed):
+rl.rollout.curves. `sarl status` shows episodes committed and in flight,
+failures by reason, abandoned groups, retries and the episode rate.
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
+
+import submitit
 
 from rl.config import Config, RoleConfig, RolloutRole
 from rl.run.role import Role
@@ -23,17 +25,23 @@ from rl.run.role import Role
 class Rollout(Role):
     name = "rollout"
 
+    def __init__(self, run_dir: str):
+        super().__init__(run_dir)
+        self.worker: Any = None
+        self.inflight = 0
+
     def initial_state(self, role_cfg: RoleConfig) -> dict[str, Any]:
-        return {**super().initial_state(role_cfg), "abandoned": {}}
+        return {**super().initial_state(role_cfg), "planned": {}, "abandoned": {}}
 
     def progress(self) -> str:
         s = self.state
-        if "groups_committed" not in s:
+        if "planned" not in s:
             return ""
         fails = ", ".join(f"{k} {v}" for k, v in sorted(s.get("failures", {}).items()))
         return (
-            f"{s['groups_committed']} groups in {s.get('batches', 0)} batches, {s.get('episodes', 0)} episodes "
-            f"({fails}), {len(s.get('abandoned', {}))} abandoned, {s.get('retries', 0)} retries"
+            f"{s.get('episodes_committed', 0)} episodes committed in {s.get('batches', 0)} batches, "
+            f"{self.inflight} in flight, {s.get('rate', 0.0):.2f}/s; failures: {fails or 'none'}; "
+            f"{len(s.get('abandoned', {}))} groups abandoned, {s.get('retries', 0)} retries"
         )
 
     def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
@@ -41,5 +49,17 @@ class Rollout(Role):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         from rl.rollout.worker import Worker
 
-        worker = Worker(self.run_dir, cfg, role_cfg, self.task, progress=lambda **kw: self.commit(**kw))
-        return worker.run(dict(self.state.get("abandoned", {})))
+        def alive(**info: int) -> None:
+            self.inflight = info.get("inflight", 0)
+            self.beat(**info)
+
+        self.worker = Worker(self.run_dir, cfg, role_cfg, self.task, self.state, save=self.commit, beat=alive)
+        return self.worker.run()
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        """USR2: commit the complete groups first, then save and requeue."""
+        if self.worker is not None:
+            self.worker.flush()
+        delayed = super().checkpoint(*args, **kwargs)
+        self.worker = None  # not pickled into the requeued job
+        return delayed

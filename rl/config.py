@@ -115,7 +115,28 @@ class Config(Section):
                     f"{name}.job.time_min = {role.job.time_min} minutes: the job would be signalled "
                     "before it starts"
                 )
+        if self.rollout is not None:
+            self._check_modes(self.rollout)
         return self
+
+    def _check_modes(self, r: RolloutRole) -> None:
+        """Staleness settings that cannot hold under the run's mode."""
+        if self.run.mode == "sync":
+            if r.groups_per_step == 0:
+                raise ValueError(
+                    "rollout.groups_per_step: run.mode = 'sync' plays one round of groups per learner step; "
+                    "set how many groups a step takes"
+                )
+            if r.max_staleness is not None and r.max_staleness != 0:
+                raise ValueError(
+                    f"rollout.max_staleness = {r.max_staleness}: run.mode = 'sync' generates every sample "
+                    "with the current version (staleness 0); remove it, or set run.mode = 'async'"
+                )
+        elif r.max_staleness is not None and r.groups_per_step == 0:
+            raise ValueError(
+                "rollout.max_staleness needs rollout.groups_per_step: the bound counts learner steps, "
+                "and without it no step size is known"
+            )
 
     def roles(self) -> dict[str, RoleConfig]:
         """The configured roles, by name, in a fixed order."""
@@ -276,31 +297,43 @@ def validate_config(
         raise ConfigError(f"{source}: executor.type = 'slurm' but sbatch is not on PATH")
     if not cfg.run.root.is_absolute():
         cfg.run.root = ((base_dir or Path.cwd()) / cfg.run.root).resolve()
-    for name in ("validation", "rollout"):
-        section = getattr(cfg, name)
-        if section is None:
-            continue
-        tasks_file = section.tasks_file
-        if not tasks_file.is_absolute():
-            section.tasks_file = tasks_file = ((base_dir or Path.cwd()) / tasks_file).resolve()
-        if not tasks_file.is_file():
-            raise ConfigError(f"{source}: {name}.tasks_file: {tasks_file} does not exist")
-        if name == "rollout":
-            _check_tasks(tasks_file, f"{source}: rollout.tasks_file")
+    base = base_dir or Path.cwd()
+    if cfg.validation is not None:
+        cfg.validation.tasks_file = _resolve_file(cfg.validation.tasks_file, base, f"{source}: validation.tasks_file")
+    if cfg.rollout is not None:
+        files = cfg.rollout.tasks_file
+        for i, f in enumerate(files):
+            where = f"{source}: rollout.tasks_file" + (f"[{i}]" if len(files) > 1 else "")
+            files[i] = _resolve_file(f, base, where)
+        _check_tasks(files, f"{source}: rollout.tasks_file")
     return cfg
 
 
-def _check_tasks(path: Path, where: str) -> None:
-    """A task file that a role draws from must be sound before anything is submitted."""
+def _resolve_file(path: Path, base: Path, where: str) -> Path:
+    path = path if path.is_absolute() else (base / path).resolve()
+    if not path.is_file():
+        raise ConfigError(f"{where}: {path} does not exist")
+    return path
+
+
+def _check_tasks(paths: list[Path], where: str) -> None:
+    """The task files a role draws from must be sound before anything is
+    submitted: every line a task, none empty, no task id in two files."""
     from rl.errors import SarlError
     from rl.tasks.format import read_tasks
 
-    try:
-        n = sum(1 for _ in read_tasks(path))
-    except SarlError as e:
-        raise ConfigError(f"{where}: {e}") from None
-    if n == 0:
-        raise ConfigError(f"{where}: {path} holds no task")
+    seen: dict[str, Path] = {}
+    for path in paths:
+        try:
+            ids = [t.task_id for t in read_tasks(path)]
+        except SarlError as e:
+            raise ConfigError(f"{where}: {e}") from None
+        if not ids:
+            raise ConfigError(f"{where}: {path} holds no task")
+        for tid in ids:
+            if tid in seen and seen[tid] != path:
+                raise ConfigError(f"{where}: task id {tid!r} is in both {seen[tid]} and {path}")
+            seen[tid] = path
 
 
 # ----------------------------------------------------------------- TOML out

@@ -4,6 +4,7 @@ multi-turn trajectories whose trained ids are exactly the sampled ones
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -142,3 +143,25 @@ def test_multi_turn_episodes_train_on_exactly_the_sampled_ids(tok: Any, tmp_path
     for row, got in zip(rows, back, strict=True):  # what the learner reads is what was sampled
         assert np.array_equal(got.tokens, row.tokens) and np.array_equal(got.loss_mask, row.loss_mask)
         assert np.array_equal(got.versions, row.versions) and np.array_equal(got.logprobs, row.logprobs)
+
+
+def test_a_hanging_solution_is_cut_by_the_episode_deadline(tok: Any) -> None:
+    """A scripted policy (its replies are fixed; the sandbox, the run and the
+    verifier are real) writes code that never returns."""
+    from rl.engine import Completion
+    from rl.rollout.samples import failure_of
+
+    reply = "```python\ndef has_close_elements(numbers, threshold):\n    while True:\n        pass\n```"
+    ids = tok.encode(reply, add_special_tokens=False)
+
+    def generate(prompt: list[int], params: SamplingParams) -> tuple[Any, int]:
+        return Completion(ids, [-0.5] * len(ids), "stop"), 0
+
+    cfg = AgentConfig(max_turns=4, run_s=60.0)  # each run may take a minute; the episode may take 3 s
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        t0 = time.monotonic()
+        ep = run_episode(HUMANEVAL["HumanEval/0"], cfg, generate, tok, sb, verifier, 2048, deadline=t0 + 3.0)
+        played = ep.timings["generate_s"] + ep.timings["execute_s"]
+    assert ep.end == "deadline" and failure_of(ep) == "deadline"
+    assert ep.turns == 1 and played < 6.0, ep.timings  # cut at the deadline, not after the run's own minute
+    assert ep.verdict is not None and not ep.verdict.passed  # still verified, and scored as a policy failure

@@ -1,18 +1,23 @@
-"""Rollout workers: bad input refused before submission, and every group
-committed exactly once, or abandoned with a reason, through SIGKILLs of the
-worker (real generator, real sandboxes, real verifier, real store)."""
+"""Rollout workers: bad input refused before submission; every episode
+committed exactly once, or its group abandoned with a reason, through
+SIGKILLs and scancels on the real Slurm, a USR2 and a generator killed
+mid-run (real generators, sandboxes, verifier and store)."""
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
+import subprocess
 import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import sarl, task_state, wait_for, write_config
+from conftest import sarl, status, task_state, wait_for, write_config
 
+from rl.rollout.samples import POLICY_FAILURES
 from rl.store import Store
 from rl.tasks.format import write_tasks
 from rl.tasks.importers import import_humaneval
@@ -61,6 +66,15 @@ max_tokens = 24
         ({"extra": "[rollout.x]\n"}, "rollout.x: unknown key"),
         ({"extra": "max_staleness = -1\n", "where": "rollout"}, "rollout.max_staleness"),
         ({"bad_tasks": True}, "rollout.tasks_file"),
+        ({"extra": "max_staleness = 2\n", "where": "rollout"}, "rollout.max_staleness needs rollout.groups_per_step"),
+        ({"extra": "groups_per_step = 7\n", "where": "rollout"}, "groups_per_step = 7 is more than the 6 groups"),
+        ({"mode": "sync"}, "rollout.groups_per_step: run.mode = 'sync' plays one round"),
+        (
+            {"mode": "sync", "extra": "groups_per_step = 2\nmax_staleness = 1\n", "where": "rollout"},
+            "rollout.max_staleness = 1: run.mode = 'sync'",
+        ),
+        ({"extra": "file_weights = [1.0, 2.0]\n", "where": "rollout"}, "file_weights: 2 weights for 1 task files"),
+        ({"second_file": True}, "is in both"),
     ],
 )
 def test_bad_rollout_input_is_refused_before_submission(
@@ -70,6 +84,11 @@ def test_bad_rollout_input_is_refused_before_submission(
         tasks_file.write_text('{"task_id": "t", "prompt": "x"}\n')
     extra = change.get("extra", "")
     body = _config(tasks_file, generator=change.get("generator", True))
+    if change.get("mode"):
+        body = body.replace('name = "r"\n', f'name = "r"\nmode = "{change["mode"]}"\n')
+    if change.get("second_file"):  # the same tasks again: their ids collide
+        (workdir / "more.jsonl").write_text(tasks_file.read_text())
+        body = body.replace(f'tasks_file = "{tasks_file}"', f'tasks_file = ["{tasks_file}", "more.jsonl"]')
     if change.get("where") == "rollout":
         body = body.replace("concurrency = 4\n", "concurrency = 4\n" + extra)
     else:
@@ -81,55 +100,146 @@ def test_bad_rollout_input_is_refused_before_submission(
         assert "tasks.jsonl:1" in out.stderr  # names the line
 
 
-def _worker_pid(run: Path) -> int | None:
-    """The controller of the newest rollout submission, if it runs."""
-    import json
+def _heartbeat(run: Path, role: str, task: int) -> dict:
+    path = run / "heartbeats" / role / f"task-{task:06d}.json"
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
 
-    subs = sorted((run / "submissions" / "rollout").glob("*.json"))
-    pid = int(json.loads(subs[-1].read_text())["job_ids"][0])
-    return pid if Path(f"/proc/{pid}").exists() else None
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _episodes(store: Store) -> Counter[str]:
+    reader = store.reader()
+    out: Counter[str] = Counter()
+    for key in reader.committed():
+        out.update(reader.read(key).episode_ids)
+    return out
+
+
+def _assert_exactly_once(run: Path, store: Store, groups: int, group_size: int, workers: int = 1) -> set[int]:
+    """Every episode identity of every group committed once, or its group abandoned; returns the abandoned."""
+    episodes = _episodes(store)
+    abandoned: set[int] = set()
+    for w in range(workers):
+        abandoned |= {int(g) for g in task_state(run, w, "rollout")["abandoned"]}
+    want = {f"{g}/{i}" for g in range(groups) if g not in abandoned for i in range(group_size)}
+    assert set(episodes) == want, (sorted(set(episodes) ^ want), abandoned)
+    assert all(n == 1 for n in episodes.values()), [e for e, n in episodes.items() if n > 1]
+    return abandoned
+
+
+def _run_to_end(workdir: Path, run: Path, workers: int = 1, timeout: float = 600) -> None:
+    wait_for(
+        lambda: all(task_state(run, w, "rollout").get("done") for w in range(workers)), timeout, "the workers to finish"
+    )
 
 
 @pytest.mark.slow
-def test_every_group_is_committed_once_through_sigkills(workdir: Path, tasks_file: Path) -> None:
-    cfg = write_config(workdir, _config(tasks_file, groups=6))
+def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_file: Path) -> None:
+    # one batch for the whole run, unless a USR2 makes the worker commit early
+    cfg = write_config(
+        workdir, _config(tasks_file, groups=5).replace("concurrency = 4\n", "concurrency = 2\nbatch_groups = 100\n")
+    )
     sarl("submit", str(cfg), cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
     try:
-        kills = 0
-        for target in (1, 2):  # kill the worker after it committed 1, then 2 batches
-            wait_for(lambda t=target: len(store.reader().committed()) >= t, 300, f"{target} batch(es)")
-            pid = _worker_pid(run)
-            if pid is None:
-                break
-            os.killpg(pid, signal.SIGKILL)
-            kills += 1
-            wait_for(lambda: _worker_pid(run) is None, 30, "the killed worker to be gone")
-            out = sarl("resume", str(run), cwd=workdir)
-            assert "rollout tasks 0" in out.stderr, out.stderr
-        assert kills >= 1
-        wait_for(lambda: task_state(run, 0, "rollout").get("done"), 600, "the rollout worker to finish")
-        reader = store.reader()
-        groups: Counter[int] = Counter()
-        for key in reader.committed():
-            groups.update(int(g) for g in reader.read(key).group_id)
+        beat = wait_for(
+            lambda: (b := _heartbeat(run, "rollout", 0)).get("pending", 0) >= 1 and b, 300, "a complete group"
+        )
+        os.kill(beat["pid"], signal.SIGUSR2)  # the task itself: submitit's local controller does not forward it
+        wait_for(lambda: task_state(run, 0, "rollout").get("checkpoints", 0) >= 1, 60, "the checkpoint")
+        flushed = wait_for(lambda: store.reader().committed(), 60, "the flushed batch")
+        assert flushed, "USR2 committed nothing"
+        _run_to_end(workdir, run)
+        _assert_exactly_once(run, store, groups=5, group_size=2)
         state = task_state(run, 0, "rollout")
-        abandoned = {int(g) for g in state["abandoned"]}
-        assert set(groups) | abandoned == set(range(6)) and not set(groups) & abandoned
-        assert all(n == 2 for n in groups.values()), groups  # each group once, whole
-        assert len(state["starts"]) == kills + 1
-        batch = reader.read(reader.committed()[0]).samples()[0]
+        assert len(state["starts"]) == 2 and state["checkpoints"] == 1  # requeued once, by itself
+        assert len(store.reader().committed()) == 2  # the flush, then the rest at the end
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+
+
+@pytest.mark.slow
+def test_a_generator_killed_mid_run_costs_retries_not_rewards(workdir: Path, tasks_file: Path) -> None:
+    body = _config(tasks_file, groups=6).replace("[generator]\n", "[generator]\ntasks = 2\n")
+    sarl("submit", str(write_config(workdir, body)), cwd=workdir)
+    run = workdir / "runs" / "r"
+    store = Store(run / "store.zarr")
+    try:
+        wait_for(lambda: len(store.reader().committed()) >= 1, 300, "a first batch")
+        victim = _heartbeat(run, "generator", 1)["pid"]
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: not _alive(victim), 30, "the generator to die")
+        _run_to_end(workdir, run)
+        assert _assert_exactly_once(run, store, groups=6, group_size=2) == set()  # nothing abandoned
+        reader = store.reader()
+        failures = {f for key in reader.committed() for f in reader.read(key).failures}
+        assert failures <= set(POLICY_FAILURES) | {""}, failures  # no infrastructure reason was scored
+        state = task_state(run, 0, "rollout")
+        assert state["generator_retries"] + state["retries"] >= 1, state  # the dead one was tried, and retried
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+        time.sleep(0.5)
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_every_episode_is_committed_once_through_sigkills_and_scancels(
+    workdir: Path, tasks_file: Path, slurm: None
+) -> None:
+    groups, workers = 12, 2
+    body = _config(tasks_file, groups=groups).replace("[rollout]\n", f"[rollout]\ntasks = {workers}\n")
+    sarl("submit", str(write_config(workdir, body)), "--cluster", "slurm", cwd=workdir)
+    run = workdir / "runs" / "r"
+    store = Store(run / "store.zarr")
+    rng = random.Random(7)
+    try:
+        kills: list[str] = []
+        for n in range(3):  # SIGKILL, scancel, SIGKILL, each after one more batch, of a random live worker
+            wait_for(lambda n=n: len(store.reader().committed()) >= n + 1, 300, f"{n + 1} batch(es)")
+            live = [t for t in status(run)["roles"]["rollout"]["detail"] if t["status"] == "RUNNING"]
+            if not live:
+                break
+            victim = rng.choice(live)
+            if n % 2 == 0:
+                os.kill(_heartbeat(run, "rollout", victim["task"])["pid"], signal.SIGKILL)
+            else:
+                subprocess.run(["scancel", victim["job_id"]], check=True)
+            kills.append(f"{'kill' if n % 2 == 0 else 'scancel'} {victim['job_id']}")
+            wait_for(
+                lambda v=victim: (
+                    next(t for t in status(run)["roles"]["rollout"]["detail"] if t["task"] == v["task"])["status"]
+                    in ("FAILED", "CANCELLED")
+                ),
+                60,
+                f"Slurm to see {kills[-1]}",
+            )
+            out = sarl("resume", str(run), cwd=workdir)
+            assert f"rollout tasks {victim['task']}" in out.stderr, out.stderr
+        assert len(kills) == 3, kills
+        _run_to_end(workdir, run, workers)
+        _assert_exactly_once(run, store, groups, group_size=2, workers=workers)
+        assert sum(len(task_state(run, w, "rollout")["starts"]) for w in range(workers)) == workers + len(kills)
+        batch = store.reader().read(store.reader().committed()[0]).samples()[0]
         assert batch.versions is not None and set(batch.versions[batch.loss_mask == 1]) == {0}
 
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-        acc = EventAccumulator(str(run / "tb" / "rollout-000000"), size_guidance={"scalars": 0})
-        acc.Reload()
-        tags = set(acc.Tags()["scalars"])
-        assert {"rollout/reward_mean", "rollout/episodes_per_s", "rollout/time/verify_s", "rollout/turns"} <= tags
-        steps = [e.step for e in acc.Scalars("rollout/batches")]
-        assert steps == sorted(steps) and steps[-1] == 12  # through restarts, steps never go back
+        for w in range(workers):
+            acc = EventAccumulator(str(run / "tb" / f"rollout-{w:06d}"), size_guidance={"scalars": 0})
+            acc.Reload()
+            tags = set(acc.Tags()["scalars"])
+            assert {"rollout/reward_mean", "rollout/episodes_per_s", "rollout/time/verify_s", "rollout/turns"} <= tags
+            steps = [e.step for e in acc.Scalars("rollout/batches")]
+            assert steps == sorted(steps) and steps[-1] == 2 * groups // workers  # steps never go back
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)
         time.sleep(0.5)

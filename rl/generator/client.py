@@ -46,6 +46,10 @@ class Response:
     outputs: list[list[Completion]]
     endpoint: Endpoint
     attempts: int
+    """Generators tried: more than 1 when one failed and another served it."""
+    waited_s: float = 0.0
+    """Seconds spent waiting before a generator took the request: for a slot
+    (`max_inflight`), for a generator to appear, and backing off full ones."""
 
 
 class GeneratorClient:
@@ -97,6 +101,7 @@ class GeneratorClient:
         backoff = 0.2
         waited_since = time.monotonic()
         with self.slots:
+            waited = time.monotonic() - waited_since
             attempt = 0
             while attempt < self.attempts:
                 eps = self.endpoints()
@@ -104,6 +109,7 @@ class GeneratorClient:
                     if time.monotonic() - waited_since > self.wait_for_generator_s:
                         break
                     time.sleep(min(backoff, 2.0))
+                    waited += min(backoff, 2.0)
                     backoff *= 1.5
                     continue
                 attempt += 1
@@ -116,14 +122,15 @@ class GeneratorClient:
                     continue
                 if status == 200:
                     outputs = [[Completion(**c) for c in row] for row in reply["outputs"]]
-                    return Response(int(reply["version"]), outputs, ep, attempt)
+                    return Response(int(reply["version"]), outputs, ep, attempt, round(waited, 4))
                 last = f"{ep.key} (generator task {ep.task}): HTTP {status}: {reply.get('error', reply)}"
                 if status == 400:
                     raise BadRequest(str(reply.get("error", reply)))
                 if status == 401:
                     raise NoGenerator(f"{last}; clients read the secret from {self.run_dir / 'secret'}")
                 if status == 503:  # full: back off, then the least loaded again
-                    time.sleep(min(float(reply.get("retry_after_s", 1)), backoff))
+                    time.sleep(pause := min(float(reply.get("retry_after_s", 1)), backoff))
+                    waited += pause
                     backoff = min(backoff * 2, 5.0)
                     continue
                 # Another 5xx: the generator is alive and answered, but failed this

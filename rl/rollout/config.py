@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator, model_validator
 
 from rl.agent.config import AgentConfig
 from rl.run.config import RoleConfig
@@ -18,9 +18,13 @@ class RolloutRole(RoleConfig):
 
     tasks: int = Field(1, ge=1, le=10_000)
     """Number of rollout workers (array tasks)."""
-    tasks_file: Path
-    """JSONL task file to draw from. A relative path is resolved against the
-    directory `sarl submit` runs in."""
+    tasks_file: list[Path]
+    """JSONL task file(s) to draw from: one path or a list. A relative path
+    is resolved against the directory `sarl submit` runs in. Task ids must be
+    unique across the files."""
+    file_weights: list[float] = Field(default_factory=list)
+    """Share of the groups each task file gets (fairness across files), in
+    the order of `tasks_file`; empty: equal shares."""
     groups: int = Field(16, ge=1)
     """Groups to play in all (each `group_size` episodes of one task). Worker
     k plays groups k, k + tasks, k + 2 tasks, ..."""
@@ -30,18 +34,52 @@ class RolloutRole(RoleConfig):
     """Episodes in flight per worker, so that generators get full batches."""
     batch_groups: int = Field(1, ge=1)
     """Groups per committed batch: a smaller batch loses less on a kill."""
-    max_staleness: int = Field(4, ge=0)
-    """A worker starts group g only while g < (max_staleness + v + 1) x
-    groups_per_step, v being the newest published weight version: it never
-    runs further ahead of the learner than this (AReaL's capacity rule)."""
+    max_staleness: int | None = Field(None, ge=0)
+    """Async mode: a worker starts group g only while g < (max_staleness + v
+    + 1) x groups_per_step, v being the newest published weight version, so
+    that no sample is more than max_staleness versions behind the learner
+    (AReaL's capacity rule). Unset: 4 in async mode when groups_per_step is
+    set. Sync mode has no staleness: leave it unset."""
     groups_per_step: int = Field(0, ge=0)
-    """Groups the learner consumes per step; 0: no bound (no learner)."""
+    """Groups the learner consumes per step; 0: no bound (no learner). Sync
+    mode needs it: round N is groups N x groups_per_step to (N + 1) x
+    groups_per_step - 1."""
     max_retries: int = Field(3, ge=0, json_schema_extra=SAFE)
     """Infrastructure failures (no generator, a dead sandbox) retried per episode
     before its group is abandoned, with its reason."""
     episode_deadline_s: float = Field(600.0, gt=0, json_schema_extra=SAFE)
     """Seconds an episode may take; a longer one ends with reason `deadline`."""
+    quarantine_after: int = Field(2, ge=1)
+    """A task whose groups were abandoned this many times because their
+    sandbox died is quarantined for the run (never drawn again)."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal (no learning signal), counted."""
     agent: AgentConfig = AgentConfig()
     """The tool protocol and the budgets of each episode."""
+
+    @field_validator("tasks_file", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: object) -> object:
+        return [v] if isinstance(v, (str, Path)) else v
+
+    @model_validator(mode="after")
+    def _check(self) -> RolloutRole:
+        if not self.tasks_file:
+            raise ValueError("tasks_file: give at least one task file")
+        if self.file_weights and len(self.file_weights) != len(self.tasks_file):
+            raise ValueError(f"file_weights: {len(self.file_weights)} weights for {len(self.tasks_file)} task files")
+        if any(w <= 0 for w in self.file_weights):
+            raise ValueError("file_weights: every weight must be positive")
+        if self.groups_per_step > self.groups:
+            raise ValueError(
+                f"groups_per_step = {self.groups_per_step} is more than the {self.groups} groups the run plays: "
+                "the learner could never take a step"
+            )
+        return self
+
+    def staleness(self) -> int:
+        """The async bound in versions (see `max_staleness`)."""
+        return 4 if self.max_staleness is None else self.max_staleness
+
+    def weights(self) -> list[float]:
+        return self.file_weights or [1.0] * len(self.tasks_file)

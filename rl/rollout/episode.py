@@ -7,7 +7,9 @@
 
 An episode ends when its code passes every visible example (if configured),
 after `max_turns` replies, when the next turn would not fit in
-`max_model_len`, or at its deadline. The trajectory (rl.agent.tokens) holds
+`max_model_len`, or at its deadline: checked before each reply, and a run
+of the policy's code is cut at the deadline (a reply being generated is
+bounded by the generator client's timeout, not by the deadline). The trajectory (rl.agent.tokens) holds
 every id exactly as sampled.
 """
 
@@ -50,6 +52,8 @@ class Episode:
     """Seconds spent: generate_s, execute_s, verify_s."""
     outcomes: list[Outcome] = field(default_factory=list)
     """Each run of the policy's code with the visible examples."""
+    episode_id: str = ""
+    """Its identity in the run, `GROUP/INDEX`, set by the rollout worker."""
 
 
 def run_episode(
@@ -99,9 +103,14 @@ def run_episode(
             end = "max-turns"
             break
         t0 = time.monotonic()
-        outcome = run_action(sandbox, task, action.code, cfg.run_s) if action.code else Outcome()
+        # a run may take `run_s`, and never past the episode's deadline
+        run_s = cfg.run_s if deadline is None else max(0.05, min(cfg.run_s, deadline - t0))
+        outcome = run_action(sandbox, task, action.code, run_s) if action.code else Outcome()
         timings["execute_s"] += time.monotonic() - t0
         outcomes.append(outcome)
+        if deadline is not None and run_s < cfg.run_s and outcome.limit == "wall_time":
+            end = "deadline"
+            break
         if action.code and outcome.all_pass and cfg.stop_when_examples_pass:
             end = "examples-pass"
             break

@@ -1,304 +1,392 @@
 """One rollout worker: an outline.
 
     groups = my share of the run's groups (k, k + N, k + 2N, ...)
-    done   = the groups my committed batches hold (read from the store: it,
-             not my state file, is the truth) + the groups I abandoned
-    for each group not done, as capacity allows (staleness bound):
+    done   = the groups any committed batch holds (the store, not my state
+             file, is the truth) + the groups I abandoned
+    for each group not done, as the gate allows (async: the staleness
+    bound; sync: its round's weight version is the newest):
+        its task = the plan recorded for it, else drawn from the queue
+                   (rl.rollout.queue) and recorded before it starts
         play group_size episodes, `concurrency` at a time, retrying
         infrastructure failures
-    every `batch_groups` complete groups: commit one batch
+    every `batch_groups` complete groups, or when nothing more can start
+    for now: commit one batch
+    on USR2 (preemption, time limit): commit the complete groups, then
+    requeue (rl.run.role)
 
-Exactly once: a group is committed in one batch or recorded as abandoned
-with its reason. A worker killed at any instant loses only the groups it had
-in flight, and plays them again when it starts over: they were never
-committed. The writer id is the worker's (`rollout-NNNNNN`), and batch
-sequence numbers come from the store, so a batch is never written twice.
-
-The task of group g is fixed by the run's seed and g alone, so the group
-played again after a restart is the same task (the pool's priorities, when
-they land, must keep this property).
+Exactly once: episode `g/i` (group g, sample i) is committed in one batch or
+its group is recorded as abandoned with its reason. A worker killed at any
+instant loses only the groups it had in flight, and plays them again, with
+the same task, when it starts over: they were never committed. The writer
+id is the worker's (`rollout-NNNNNN`) and batch sequence numbers come from
+the store, so a batch is never written twice.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import logging
-import random
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from rl.config import Config
 from rl.rollout.config import RolloutRole
+from rl.rollout.curves import Curves
 from rl.rollout.episode import Episode, run_episode
-from rl.store import Sample, Store
-from rl.tasks.format import Task, read_tasks
+from rl.rollout.queue import TaskQueue
+from rl.rollout.samples import GroupResult, failure_of, to_samples
+from rl.store import Store
+from rl.tasks.format import Task
+from rl.tasks.quarantine import quarantine
 
 log = logging.getLogger("sarl.rollout")
 
-POLICY_FAILURES = ("wrong-answer", "no-code", "crash", "timeout", "limit", "deadline", "token-budget", "verifier")
-"""Why a scored episode did not pass (its reward stands, it is trained on)."""
-INFRA_FAILURES = ("no-generator", "sandbox", "generator-error")
-"""Why an episode could not be played; retried, never trained on."""
+
+class Abandon(Exception):
+    """The group cannot be committed; the message is the recorded reason."""
 
 
-class InfraFailure(Exception):
-    """The episode could not be played for a reason that is not the policy's."""
+class InfraFailure(Abandon):
+    """Infrastructure failures outlasted the retries: never a policy failure."""
 
 
-def failure_of(ep: Episode) -> str:
-    """The reason from the fixed vocabulary, empty when the episode passed."""
-    v = ep.verdict
-    if v is None or v.failure.startswith("verifier error"):
-        return "verifier"
-    if v.passed:
-        return ""
-    if not ep.completion.strip():
-        return "no-code"
-    if ep.end in ("deadline", "token-budget"):
-        return ep.end
-    why = v.failure
-    if why.startswith("limit hit"):
-        return "limit"
-    if "timeout" in why:
-        return "timeout"
-    if "did not load" in why or "crash" in why or "Error" in why:
-        return "crash"
-    return "wrong-answer"
+class Stopping(Exception):
+    """The worker is stopping (USR2): in-flight episodes end unplayed."""
 
 
 @dataclass
-class GroupResult:
-    group: int
-    task: Task
-    episodes: list[Episode]
+class Stats:
+    """Counts since this start; updated from episode threads."""
+
+    episodes: int = 0
+    retries: int = 0
+    """Episodes played again after an infrastructure failure."""
+    generator_retries: int = 0
+    """Requests that a second generator served after one failed."""
+    dropped_groups: int = 0
+    failures: dict[str, int] = field(default_factory=dict)
+    generator_wait_s: float = 0.0
+    gate_wait_s: float = 0.0
+    """Seconds with nothing to start: the staleness bound or the round's version."""
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def count(self, **delta: float) -> None:
+        with self.lock:
+            for k, v in delta.items():
+                setattr(self, k, getattr(self, k) + v)
+
+    def failed(self, why: str) -> None:
+        with self.lock:
+            self.failures[why or "passed"] = self.failures.get(why or "passed", 0) + 1
 
 
-def plan(tasks: list[Task], seed: int, group: int) -> Task:
-    """The task of `group`: a function of the seed and the group number only."""
-    return tasks[random.Random(f"{seed}/{group}").randrange(len(tasks))]
-
-
-def committed_groups(store: Store, writer: str) -> set[int]:
-    """The groups this writer's committed batches hold."""
+def committed_groups(store: Store) -> set[int]:
+    """The groups that any committed batch holds, from episode identities."""
     reader = store.reader()
     out: set[int] = set()
-    for w, seq in reader.committed():
-        if w == writer:
-            out |= {int(g) for g in reader.read((w, seq), verify=False).group_id}
+    for key in reader.committed():
+        out |= {int(e.split("/")[0]) for e in reader.info(key).episode_ids if e}
     return out
 
 
-def to_samples(result: GroupResult) -> list[Sample]:
-    out = []
-    for ep in result.episodes:
-        a = ep.trajectory.arrays()
-        sampled = a["versions"][a["versions"] >= 0]
-        out.append(
-            Sample(
-                task_id=result.task.task_id,
-                group_id=result.group,
-                policy_version=int(sampled.min()) if sampled.size else 0,
-                tokens=a["tokens"],
-                loss_mask=a["loss_mask"],
-                logprobs=a["logprobs"],
-                reward=float(ep.verdict.reward) if ep.verdict is not None else 0.0,
-                checks=ep.verdict.sample_checks(),
-                timings={k: round(v, 4) for k, v in ep.timings.items()},
-                failure=failure_of(ep),
-                versions=a["versions"],
-            )
-        )
-    return out
+def episode_seed(seed: int, group: int, i: int) -> int:
+    """A sampling seed stable across processes (`hash()` of a tuple is not)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{group}/{i}".encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
 class Worker:
-    """Plays this worker's groups and commits them; `progress(**state)` is
-    called with what the role's state should record."""
+    """Plays this worker's groups and commits them. `state` holds `planned`
+    (group -> task id) and `abandoned` (group -> reason); `save(**changes)`
+    commits the role's state; `beat(inflight=, pending=)` is a sign of life."""
 
-    def __init__(self, run_dir: Any, cfg: Config, role_cfg: RolloutRole, index: int, progress: Callable[..., None]):
-        self.cfg, self.rc, self.index, self.progress = cfg, role_cfg, index, progress
-        self.store = Store.of_run(run_dir)
+    def __init__(
+        self,
+        run_dir: Any,
+        cfg: Config,
+        rc: RolloutRole,
+        index: int,
+        state: dict[str, Any],
+        save: Callable[..., None],
+        beat: Callable[..., None] = lambda **info: None,
+    ):
+        self.cfg, self.rc, self.index, self.save, self.beat = cfg, rc, index, save, beat
         self.run_dir = run_dir
+        self.store = Store.of_run(run_dir)
         self.writer_id = f"rollout-{index:06d}"
-        self.tasks = list(read_tasks(role_cfg.tasks_file))
-        self.started = time.monotonic()
-        self.tb: Any = None
+        self.planned: dict[int, str] = {int(g): t for g, t in state.get("planned", {}).items()}
+        self.abandoned: dict[int, str] = {int(g): r for g, r in state.get("abandoned", {}).items()}
+        self.queue = TaskQueue(rc.tasks_file, rc.weights(), cfg.run.seed, run_dir, rc.group_size)
+        self.stats = Stats()
+        self.stopping = threading.Event()
+        self.pending: list[GroupResult] = []
+        """Complete groups not committed yet."""
+        self.inflight: dict[Future[Episode], tuple[int, int]] = {}
+        """Episodes running, as (group, index)."""
+        self.groups: dict[int, list[Episode | None]] = {}
+        """Groups started and not complete: their episodes so far."""
+        self.committed: set[int] = set()
+        self._busy = False
+        self._beat_at = 0.0
+        self._writer: Any = None
+        self._curves: Curves | None = None
 
     def my_groups(self) -> list[int]:
         return list(range(self.index, self.rc.groups, self.rc.tasks))
 
-    def run(self, abandoned: dict[str, str]) -> dict[str, Any]:
+    # ------------------------------------------------------------- the loop
+    def run(self) -> dict[str, Any]:
         from rl.generator.client import GeneratorClient
         from rl.model import checkpoint, load_tokenizer
         from rl.verify.verifier import Verifier
         from sandboxes.pool import WarmPool
 
-        tokenizer = load_tokenizer(checkpoint(self.cfg.model))
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(Path(self.run_dir) / "tb" / self.writer_id))
-        except ImportError:
-            log.warning("tensorboard is not installed: no curves for this worker")
-        client = GeneratorClient(self.run_dir, max_inflight=self.rc.concurrency)
-        writer = self.store.writer(self.writer_id)
-        done = committed_groups(self.store, self.writer_id) | {int(g) for g in abandoned}
-        todo = [g for g in self.my_groups() if g not in done]
-        log.info("worker %d: %d groups to play, %d done", self.index, len(todo), len(done))
-        stats: dict[str, Any] = {"episodes": 0, "retries": 0, "dropped_groups": 0, "failures": {}}
-        self.committed = committed_groups(self.store, self.writer_id)
-        pending: list[GroupResult] = []
-        max_len = self._max_model_len()
+        self.tokenizer = load_tokenizer(checkpoint(self.cfg.model))
+        self.client = GeneratorClient(self.run_dir, max_inflight=self.rc.concurrency)
+        self._writer = self.store.writer(self.writer_id)
+        self._curves = Curves(Path(self.run_dir) / "tb" / self.writer_id, self.rc.group_size)
+        self.committed = committed_groups(self.store)
+        todo = [g for g in self.my_groups() if g not in self.committed and g not in self.abandoned]
+        log.info("worker %d: %d groups to play, %d done", self.index, len(todo), len(self.my_groups()) - len(todo))
+        self.started = time.monotonic()
         with (
-            WarmPool(self.cfg.sandbox, size=min(self.rc.concurrency, 4)) as pool,
-            Verifier(self.cfg.verify, sandbox=self.cfg.sandbox) as verifier,
-            ThreadPoolExecutor(self.rc.concurrency) as ex,
+            WarmPool(self.cfg.sandbox, size=min(self.rc.concurrency, 4)) as self.pool,
+            Verifier(self.cfg.verify, sandbox=self.cfg.sandbox) as self.verifier,
+            ThreadPoolExecutor(self.rc.concurrency) as self.ex,
         ):
+            self.loop(todo)
+        self._curves.close()
+        return self.summary()
 
-            def episode(task: Task, group: int, i: int) -> Episode:
-                return self._episode(task, group, i, client, tokenizer, pool, verifier, max_len, stats)
-
-            inflight: dict[Future[Episode], tuple[int, int]] = {}
-            groups: dict[int, list[Episode | None]] = {}
-            queue = list(todo)
-            while queue or inflight:
-                while queue and len(inflight) < self.rc.concurrency and self._may_start(queue[0]):
-                    g = queue.pop(0)
-                    task = plan(self.tasks, self.cfg.run.seed, g)
-                    groups[g] = [None] * self.rc.group_size
-                    for i in range(self.rc.group_size):
-                        inflight[ex.submit(episode, task, g, i)] = (g, i)
-                if not inflight:
-                    time.sleep(1.0)  # waiting for the learner (staleness bound)
-                    continue
-                finished, _ = wait(list(inflight), return_when=FIRST_COMPLETED)
+    def loop(self, todo: list[int]) -> None:
+        inflight = self.inflight
+        while (todo or inflight) and not self.stopping.is_set():
+            with self._critical():
+                blocked = self._start(todo)
+                if not inflight and self.pending:
+                    self._commit()
+            if not inflight:
+                if todo:
+                    self.stats.count(gate_wait_s=1.0)
+                    time.sleep(1.0)  # the gate: waiting for the learner
+                continue
+            if time.monotonic() - self._beat_at > 2.0:
+                self.beat(inflight=len(inflight), pending=len(self.pending))
+                self._beat_at = time.monotonic()
+            finished, _ = wait(list(inflight), timeout=5.0, return_when=FIRST_COMPLETED)
+            with self._critical():
                 for f in finished:
-                    g, i = inflight.pop(f)
-                    try:
-                        groups[g][i] = f.result()
-                    except InfraFailure as e:  # retries exhausted: the whole group is abandoned
-                        abandoned[str(g)] = str(e)
-                        self.progress(abandoned=dict(abandoned))
-                        groups[g] = []
-                        for other in [x for x, (gg, _) in inflight.items() if gg == g]:
-                            other.cancel()
-                        continue
-                    if groups[g] and all(e is not None for e in groups[g]):
-                        result = GroupResult(g, plan(self.tasks, self.cfg.run.seed, g), groups.pop(g))  # type: ignore[arg-type]
-                        rewards = [e.verdict.reward for e in result.episodes]
-                        if self.rc.dynamic_sampling and len(set(rewards)) <= 1:
-                            stats["dropped_groups"] += 1
-                            abandoned[str(g)] = "dynamic sampling: every reward equal"
-                            self.progress(abandoned=dict(abandoned))
-                            continue
-                        pending.append(result)
-                if len(pending) >= self.rc.batch_groups or (pending and not queue and not inflight):
-                    self._commit(writer, pending, stats)
-                    pending = []
-        if self.tb is not None:
-            self.tb.close()
-        return {"worker": self.index, **stats, "abandoned": len(abandoned)}
+                    self._finish(f)
+                nothing_more = (blocked or not todo) and not inflight
+                if len(self.pending) >= self.rc.batch_groups or (self.pending and nothing_more):
+                    self._commit()
+        with self._critical():
+            if self.pending and not self.stopping.is_set():
+                self._commit()
 
-    # ------------------------------------------------------------------ parts
-    def _max_model_len(self) -> int:
-        gen = self.cfg.generator
-        return gen.engine.max_model_len if gen is not None else 4096
+    @contextlib.contextmanager
+    def _critical(self) -> Iterator[None]:
+        """The main thread changes the groups or commits: a USR2 flush now commits nothing."""
+        self._busy = True
+        try:
+            yield
+        finally:
+            self._busy = False
 
-    def _may_start(self, group: int) -> bool:
-        """The staleness bound: never more than max_staleness steps ahead of the learner."""
-        if not self.rc.groups_per_step:
-            return True
+    def _start(self, todo: list[int]) -> bool:
+        """Start groups while there is room; True when the gate holds the next one back."""
+        inflight, groups = self.inflight, self.groups
+        while todo and len(inflight) < self.rc.concurrency:
+            g = todo[0]
+            gate = self._gate(g)
+            if gate == "wait":
+                return True
+            todo.pop(0)
+            task = self._task_of(g) if gate == "start" else None
+            if task is None:
+                continue  # abandoned, with its reason
+            groups[g] = [None] * self.rc.group_size
+            for i in range(self.rc.group_size):
+                inflight[self.ex.submit(self._episode, task, g, i)] = (g, i)
+        return False
+
+    def _finish(self, f: Future[Episode]) -> None:
+        inflight, groups = self.inflight, self.groups
+        g, i = inflight.pop(f)
+        if g not in groups:
+            return  # its group was abandoned already
+        try:
+            groups[g][i] = f.result()
+        except Stopping:
+            return
+        except Abandon as e:  # the whole group goes; its other episodes are dropped
+            groups.pop(g)
+            for other in [x for x, (gg, _) in inflight.items() if gg == g]:
+                other.cancel()
+            self._abandon(g, str(e))
+            return
+        if all(e is not None for e in groups[g]):
+            episodes: list[Episode] = groups.pop(g)  # type: ignore[assignment]
+            result = GroupResult(g, self.queue.by_id[self.planned[g]], episodes)
+            if self.rc.dynamic_sampling and len({e.verdict.reward for e in episodes}) <= 1:
+                self.stats.count(dropped_groups=1)
+                self._abandon(g, "dynamic sampling: every reward equal")
+                return
+            self.pending.append(result)
+
+    # ------------------------------------------------------------ the parts
+    def _gate(self, group: int) -> str:
+        """`start`, `wait`, or `closed` (sync: the group's round has passed)."""
+        gps = self.rc.groups_per_step
+        if not gps:
+            return "start"
         v = self.store.weights.latest() or 0
-        return group < (self.rc.max_staleness + v + 1) * self.rc.groups_per_step
+        if self.cfg.run.mode == "sync":
+            r = group // gps
+            if v > r:
+                self._abandon(group, f"sync: round {r} closed, version {v} is published")
+                return "closed"
+            return "start" if v == r else "wait"
+        return "start" if group < (self.rc.staleness() + v + 1) * gps else "wait"
 
-    def _episode(
-        self,
-        task: Task,
-        group: int,
-        i: int,
-        client: Any,
-        tokenizer: Any,
-        pool: Any,
-        verifier: Any,
-        max_len: int,
-        stats: dict[str, Any],
-    ) -> Episode:
+    def _task_of(self, g: int) -> Task | None:
+        """The group's task: as planned before a restart, else drawn and recorded first."""
+        tid = self.planned.get(g)
+        if tid is not None and tid not in self.queue.by_id:
+            self._abandon(g, f"task {tid!r} is no longer in the task files")
+            return None
+        if tid is None:
+            uncommitted = {x for x in self.planned if x not in self.committed and x not in self.abandoned}
+            task = self.queue.choose(g, self.planned, uncommitted)
+            if task is None:
+                self._abandon(g, "every task is quarantined")
+                return None
+            self.planned[g] = tid = task.task_id
+            self.save(planned={str(k): v for k, v in self.planned.items()})
+        why = self.queue.why_quarantined(tid)
+        if why is not None:
+            self._abandon(g, f"task quarantined: {why}")
+            return None
+        return self.queue.by_id[tid]
+
+    def _abandon(self, g: int, reason: str) -> None:
+        self.abandoned[g] = reason
+        log.warning("group %d abandoned: %s", g, reason)
+        self.save(abandoned={str(k): v for k, v in self.abandoned.items()})
+        tid = self.planned.get(g)
+        if tid is None or not reason.startswith("sandbox"):
+            return
+        deaths = sum(1 for x, r in self.abandoned.items() if r.startswith("sandbox") and self.planned.get(x) == tid)
+        if deaths >= self.rc.quarantine_after and quarantine(
+            self.run_dir, tid, f"{deaths} groups abandoned because their sandbox died; last: {reason}", self.writer_id
+        ):
+            log.warning("task %s quarantined", tid)
+
+    def _generate(self, group: int) -> Callable[[list[int], Any], tuple[Any, int]]:
+        """The policy, for one episode: through the generator client; in sync
+        mode only the round's version may answer."""
+        need = group // self.rc.groups_per_step if self.cfg.run.mode == "sync" else None
+
+        def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
+            while True:
+                if self.stopping.is_set():
+                    raise Stopping()
+                r = self.client.generate([prompt], params)
+                self.stats.count(generator_wait_s=r.waited_s, generator_retries=r.attempts - 1)
+                if need is None or r.version == need:
+                    return r.outputs[0][0], r.version
+                if r.version > need:
+                    raise Abandon(f"sync: round {need} closed, a generator serves version {r.version}")
+                time.sleep(0.5)  # the generator has not loaded the round's version yet
+
+        return generate
+
+    def _episode(self, task: Task, group: int, i: int) -> Episode:
         from rl.generator.client import NoGenerator
         from sandboxes import SandboxError
 
-        def generate(prompt: list[int], params: Any) -> Any:
-            r = client.generate([prompt], params)
-            return r.outputs[0][0], r.version
-
-        seed = hash((self.cfg.run.seed, group, i)) & 0x7FFFFFFF
+        max_len = self.cfg.generator.engine.max_model_len if self.cfg.generator is not None else 4096
+        generate = self._generate(group)
         for attempt in range(self.rc.max_retries + 1):
             sb = None
             try:
-                sb = pool.take()
+                sb = self.pool.take()
                 deadline = time.monotonic() + self.rc.episode_deadline_s
-                ep = run_episode(task, self.rc.agent, generate, tokenizer, sb, verifier, max_len, deadline, seed)
-                pool.give(sb)
-                stats["episodes"] += 1
-                why = failure_of(ep)
-                stats["failures"][why or "passed"] = stats["failures"].get(why or "passed", 0) + 1
+                seed = episode_seed(self.cfg.run.seed, group, i)
+                agent = self.rc.agent
+                ep = run_episode(task, agent, generate, self.tokenizer, sb, self.verifier, max_len, deadline, seed)
+                self.pool.give(sb)
+                ep.episode_id = f"{group}/{i}"
+                self.stats.count(episodes=1)
+                self.stats.failed(failure_of(ep))
                 return ep
             except (NoGenerator, SandboxError) as e:
                 if sb is not None:
                     sb.close()
-                stats["retries"] += 1
+                if self.stopping.is_set():
+                    raise Stopping() from None
+                self.stats.count(retries=1)
                 kind = "no-generator" if isinstance(e, NoGenerator) else "sandbox"
-                log.warning("group %d episode %d: %s (attempt %d): %s", group, i, kind, attempt + 1, e)
+                log.warning("episode %d/%d: %s (attempt %d): %s", group, i, kind, attempt + 1, e)
                 if attempt == self.rc.max_retries:
                     raise InfraFailure(f"{kind}: {e}") from None
                 time.sleep(min(30.0, 2.0**attempt))
+            except BaseException:
+                if sb is not None:
+                    sb.close()
+                raise
         raise AssertionError("unreachable")
 
-    def _commit(self, writer: Any, results: list[GroupResult], stats: dict[str, Any]) -> None:
+    def _commit(self) -> None:
+        results, self.pending = self.pending, []
         samples = [s for r in results for s in to_samples(r)]
-        seq = writer.next_seq()
-        writer.write(seq, samples)
+        seq = self._writer.next_seq()
+        self._writer.write(seq, samples)
         self.committed |= {r.group for r in results}
-        rewards = np.array([s.reward for s in samples])
-        log.info("committed batch %d: %d groups, mean reward %.3f", seq, len(results), float(rewards.mean()))
-        self._curves(seq, results, samples, stats)
-        self.progress(
+        log.info("committed batch %d: %d groups", seq, len(results))
+        mine = len(self.committed & set(self.my_groups()))
+        if self._curves is not None:
+            latest = self.store.weights.latest() or 0
+            self._curves.batch(mine, seq, results, samples, self.stats, time.monotonic() - self.started, latest)
+        self.save(
             batches=seq + 1,
-            groups_committed=len(self.committed),
-            episodes=stats["episodes"],
-            retries=stats["retries"],
-            failures=dict(stats["failures"]),
+            groups_committed=mine,
+            episodes_committed=mine * self.rc.group_size,
+            episodes=self.stats.episodes,
+            retries=self.stats.retries,
+            generator_retries=self.stats.generator_retries,
+            failures=dict(self.stats.failures),
+            rate=round(self.stats.episodes / max(1e-9, time.monotonic() - self.started), 4),
         )
 
-    def _curves(self, seq: int, results: list[GroupResult], samples: list[Sample], stats: dict[str, Any]) -> None:
-        """TensorBoard (`RUN/tb/rollout-NNNNNN/`). The step is the episodes this
-        worker has committed, read from the store at start: it never goes back
-        after a restart."""
-        if self.tb is None:
+    # --------------------------------------------------------------- USR2
+    def flush(self) -> None:
+        """Called on USR2 from the signal handler (main thread): commit the
+        complete groups, and let the in-flight episodes end unplayed. A
+        signal that lands while the main thread itself changes the pending
+        groups or commits commits nothing more: those groups are played
+        again after the requeue, never lost or doubled."""
+        self.stopping.set()
+        if self._busy or self._writer is None:
             return
-        step = len(self.committed) * self.rc.group_size
-        episodes = [e for r in results for e in r.episodes]
-        tb = self.tb
-        tb.add_scalar("rollout/episodes_per_s", stats["episodes"] / max(1e-9, time.monotonic() - self.started), step)
-        tb.add_histogram("rollout/reward", np.array([s.reward for s in samples]), step)
-        tb.add_scalar("rollout/reward_mean", float(np.mean([s.reward for s in samples])), step)
-        for name in samples[0].checks:
-            vals = [s.checks[name] for s in samples if not np.isnan(s.checks[name])]
-            if vals:
-                tb.add_scalar(f"rollout/check/{name}", float(np.mean(vals)), step)
-        for why, n in stats["failures"].items():
-            tb.add_scalar(f"rollout/failures/{why}", n, step)
-        tb.add_scalar("rollout/turns", float(np.mean([e.turns for e in episodes])), step)
-        tb.add_scalar("rollout/tokens", float(np.mean([len(e.trajectory) for e in episodes])), step)
-        for t in ("generate_s", "execute_s", "verify_s"):
-            tb.add_scalar(f"rollout/time/{t}", float(np.mean([e.timings.get(t, 0.0) for e in episodes])), step)
-        tb.add_scalar("rollout/retries", stats["retries"], step)
-        latest = self.store.weights.latest() or 0
-        versions = [s.policy_version for s in samples]
-        tb.add_scalar("rollout/staleness", float(latest - min(versions)), step)
-        tb.add_scalar("rollout/batches", seq + 1, step)
-        tb.flush()
+        self._busy = True
+        if self.pending:
+            self._commit()
+        self.ex.shutdown(wait=False, cancel_futures=True)
+
+    def summary(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "worker": self.index,
+            "episodes": s.episodes,
+            "retries": s.retries,
+            "generator_retries": s.generator_retries,
+            "dropped_groups": s.dropped_groups,
+            "failures": dict(s.failures),
+            "abandoned": len(self.abandoned),
+        }

@@ -89,11 +89,24 @@ class Sample:
     versions: np.ndarray | None = None
     """Weight version that sampled each token, -1 where loss_mask is 0. None:
     `policy_version` for every sampled token."""
+    episode_id: str = ""
+    """The episode's identity in the run (`GROUP/INDEX` for rollouts): the
+    same episode played again after a crash has the same identity."""
 
     def token_versions(self) -> np.ndarray:
         if self.versions is not None:
             return np.asarray(self.versions)
         return np.where(np.asarray(self.loss_mask) == 1, self.policy_version, -1).astype(np.int32)
+
+
+@dataclass
+class BatchInfo:
+    """A committed batch's per-sample labels, without its arrays."""
+
+    key: tuple[str, int]
+    task_ids: list[str]
+    failures: list[str]
+    episode_ids: list[str]
 
 
 @dataclass
@@ -106,6 +119,8 @@ class RolloutBatch:
     task_ids: list[str]
     failures: list[str]
     committed_at: float
+    episode_ids: list[str] = field(default_factory=list)
+    """Each sample's episode identity; empty in batches written without them."""
 
     def __len__(self) -> int:
         return len(self.task_ids)
@@ -147,6 +162,7 @@ class RolloutBatch:
             checks=dict(zip(self.check_names, map(float, self.checks[i]), strict=True)),
             timings=dict(zip(TIMINGS, map(float, self.timings[i]), strict=True)),
             failure=self.failures[i],
+            episode_id=self.episode_ids[i] if self.episode_ids else "",
         )
 
     def samples(self) -> list[Sample]:
@@ -256,6 +272,7 @@ class RolloutWriter:
             "score_columns": ["reward", *(f"check/{n}" for n in names), *(f"time/{t}" for t in TIMINGS)],
             "task_ids": [s.task_id for s in samples],
             "failures": [s.failure for s in samples],
+            "episode_ids": [s.episode_id for s in samples],
         }
         return write_committed(
             self.path(seq),
@@ -371,6 +388,17 @@ class RolloutReader:
                 keys.append((float(m.get("committed_at", 0.0)), wdir.name, int(b.name)))
         return [(w, s) for _, w, s in sorted(keys)]
 
+    def info(self, key: tuple[str, int]) -> BatchInfo:
+        """What a committed batch holds, from its attributes alone (one small
+        file read): task ids, failures and episode identities."""
+        writer, seq = key
+        group = self.folder / writer / f"{seq:010d}"
+        attrs = read_attributes(group)
+        try:
+            return BatchInfo(key, list(attrs["task_ids"]), list(attrs["failures"]), list(attrs.get("episode_ids", [])))
+        except (KeyError, TypeError) as e:
+            raise CorruptData(f"{group / 'zarr.json'}: attributes lack what a batch has ({e})") from None
+
     def read(self, key: tuple[str, int], verify: bool = True) -> RolloutBatch:
         writer, seq = key
         group = self.folder / writer / f"{seq:010d}"
@@ -384,6 +412,7 @@ class RolloutReader:
                 task_ids=list(attrs["task_ids"]),
                 failures=list(attrs["failures"]),
                 committed_at=float(marker["committed_at"]),
+                episode_ids=list(attrs.get("episode_ids", [])),
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptData(f"{group / 'zarr.json'}: attributes lack what a batch has ({e})") from None

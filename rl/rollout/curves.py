@@ -1,0 +1,70 @@
+"""A rollout worker's TensorBoard curves (`RUN/tb/rollout-NNNNNN/`).
+
+The step is the number of episodes of this worker's groups committed,
+counted from the store at start, so that it never goes back after a
+restart.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rl.store import Sample
+
+log = logging.getLogger("sarl.rollout")
+
+
+class Curves:
+    def __init__(self, folder: Path, group_size: int):
+        self.group_size = group_size
+        self.tb: Any = None
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tb = SummaryWriter(str(folder))
+        except ImportError:
+            log.warning("tensorboard is not installed: no curves for this worker")
+
+    def batch(
+        self,
+        groups_committed: int,
+        seq: int,
+        results: list[Any],
+        samples: list[Sample],
+        stats: Any,
+        wall_s: float,
+        latest_version: int,
+    ) -> None:
+        if self.tb is None:
+            return
+        tb, step = self.tb, groups_committed * self.group_size
+        episodes = [e for r in results for e in r.episodes]
+        rewards = np.array([s.reward for s in samples])
+        tb.add_scalar("rollout/episodes_per_s", stats.episodes / max(1e-9, wall_s), step)
+        tb.add_histogram("rollout/reward", rewards, step)
+        tb.add_scalar("rollout/reward_mean", float(rewards.mean()), step)
+        for name in samples[0].checks:
+            vals = [s.checks[name] for s in samples if not np.isnan(s.checks[name])]
+            if vals:
+                tb.add_scalar(f"rollout/check/{name}", float(np.mean(vals)), step)
+        for why, n in stats.failures.items():
+            tb.add_scalar(f"rollout/failures/{why}", n, step)
+        tb.add_scalar("rollout/turns", float(np.mean([e.turns for e in episodes])), step)
+        tb.add_scalar("rollout/tokens", float(np.mean([len(e.trajectory) for e in episodes])), step)
+        for t in ("generate_s", "execute_s", "verify_s"):
+            tb.add_scalar(f"rollout/time/{t}", float(np.mean([e.timings.get(t, 0.0) for e in episodes])), step)
+        tb.add_scalar("rollout/retries", stats.retries, step)
+        tb.add_scalar("rollout/generator_retries", stats.generator_retries, step)
+        tb.add_scalar("rollout/generator_wait_s", stats.generator_wait_s, step)
+        tb.add_scalar("rollout/gate_wait_s", stats.gate_wait_s, step)
+        tb.add_scalar("rollout/staleness", float(latest_version - min(s.policy_version for s in samples)), step)
+        tb.add_scalar("rollout/batches", seq + 1, step)
+        tb.flush()
+
+    def close(self) -> None:
+        if self.tb is not None:
+            self.tb.close()

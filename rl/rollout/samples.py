@@ -1,0 +1,76 @@
+"""A played group as store samples, and the failure vocabulary.
+
+Every committed sample has a failure reason from POLICY_FAILURES, or ""
+when it passed. Infrastructure failures (INFRA_FAILURES) never reach a
+sample: the episode is played again, or its group is abandoned with the
+reason in the worker's state, so that no infrastructure fault is trained
+on as a reward of 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from rl.rollout.episode import Episode
+from rl.store import Sample
+from rl.tasks.format import Task
+
+POLICY_FAILURES = ("wrong-answer", "no-code", "crash", "timeout", "limit", "deadline", "token-budget", "verifier")
+"""Why a scored episode did not pass; its reward stands and it is trained on.
+`verifier`: the verifier could not judge it (reward 0, counted apart)."""
+INFRA_FAILURES = ("no-generator", "sandbox")
+"""Why an episode could not be played; retried, never trained on."""
+
+
+def failure_of(ep: Episode) -> str:
+    """The reason from the fixed vocabulary, empty when the episode passed."""
+    v = ep.verdict
+    if v is None or v.failure.startswith("verifier error"):
+        return "verifier"
+    if v.passed:
+        return ""
+    if not ep.completion.strip():
+        return "no-code"
+    if ep.end in ("deadline", "token-budget"):
+        return ep.end
+    why = v.failure
+    if why.startswith("limit hit"):
+        return "limit"
+    if "timeout" in why:
+        return "timeout"
+    if "did not load" in why or "crash" in why or "Error" in why:
+        return "crash"
+    return "wrong-answer"
+
+
+@dataclass
+class GroupResult:
+    """The `group_size` episodes of one group, all played."""
+
+    group: int
+    task: Task
+    episodes: list[Episode]
+
+
+def to_samples(result: GroupResult) -> list[Sample]:
+    out = []
+    for ep in result.episodes:
+        a = ep.trajectory.arrays()
+        sampled = a["versions"][a["versions"] >= 0]
+        out.append(
+            Sample(
+                task_id=result.task.task_id,
+                group_id=result.group,
+                policy_version=int(sampled.min()) if sampled.size else 0,
+                tokens=a["tokens"],
+                loss_mask=a["loss_mask"],
+                logprobs=a["logprobs"],
+                reward=float(ep.verdict.reward) if ep.verdict is not None else 0.0,
+                checks=ep.verdict.sample_checks(),
+                timings={k: round(v, 4) for k, v in ep.timings.items()},
+                failure=failure_of(ep),
+                versions=a["versions"],
+                episode_id=ep.episode_id,
+            )
+        )
+    return out
