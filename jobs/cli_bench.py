@@ -32,6 +32,17 @@ def add_commands(sub: Any) -> None:
     )
     b.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16")
     b.add_argument("--dir", type=Path, default=None, help="where to write the weights (default: a temporary folder)")
+    b = bench(
+        "rollout",
+        "episodes/s of a rollout worker on live vLLM at concurrency 8 vs 1; generate/execute/verify shares",
+        "fewer groups, shorter replies",
+    )
+    b.add_argument(
+        "--dtype",
+        choices=["bfloat16", "float32"],
+        default="float32",
+        help="float32: CPUs without bf16 instructions decode bf16 batches barely faster than single rows",
+    )
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
     b.add_argument("--tasks", type=int, default=1000)
     b.add_argument("--partition", default=None)

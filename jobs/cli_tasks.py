@@ -1,4 +1,5 @@
-"""`sarl tasks import | validate | report | schema`: task files and their validation."""
+"""`sarl tasks import | validate | report | quarantine | quarantined | schema`:
+task files, their validation, and a run's quarantine."""
 
 from __future__ import annotations
 
@@ -28,6 +29,14 @@ def add_commands(sub: Any) -> None:
     )
     s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     s.set_defaults(handler=report, json=True)
+    s = tsub.add_parser("quarantine", help="keep a task of a run out of every rollout worker's draws")
+    s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    s.add_argument("task_id", metavar="TASK_ID")
+    s.add_argument("--reason", required=True, help="why (shown by `sarl tasks quarantined`)")
+    s.set_defaults(handler=quarantine)
+    s = tsub.add_parser("quarantined", help="list a run's quarantined tasks with their reasons (JSON)")
+    s.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    s.set_defaults(handler=quarantined, json=True)
     s = tsub.add_parser("schema", help="print the JSON schema of one line of a task file")
     s.set_defaults(handler=schema, json=True)
 
@@ -113,4 +122,41 @@ def schema(args: argparse.Namespace) -> int:
     from rl.tasks.format import Task
 
     emit_json(Task.model_json_schema(), indent=1)
+    return 0
+
+
+def _run_tasks(run_dir: Path) -> list[str]:
+    """The task ids a run's rollout workers draw from; a clear error otherwise."""
+    from rl.errors import SarlError
+    from rl.run.rundir import RunDir
+    from rl.tasks.format import read_tasks
+
+    rd = RunDir(run_dir)
+    if not rd.exists():
+        raise SarlError(f"{run_dir}: not a run directory (no run.toml)")
+    cfg = rd.config()
+    if cfg.rollout is None:
+        raise SarlError(f"{run_dir}: the run has no [rollout] section: no task is drawn")
+    return [t.task_id for f in cfg.rollout.tasks_file for t in read_tasks(f)]
+
+
+def quarantine(args: argparse.Namespace) -> int:
+    from rl.errors import SarlError
+    from rl.tasks.quarantine import quarantine as add
+
+    ids = _run_tasks(args.run_dir)
+    if args.task_id not in ids:
+        raise SarlError(f"task_id: {args.task_id!r} is not in the run's rollout.tasks_file")
+    if add(args.run_dir, args.task_id, args.reason, by="sarl tasks quarantine"):
+        print(f"quarantined {args.task_id}: workers stop drawing it within seconds", file=sys.stderr)
+    else:
+        print(f"{args.task_id} was already quarantined; its first reason stands", file=sys.stderr)
+    return 0
+
+
+def quarantined(args: argparse.Namespace) -> int:
+    from jobs.output import emit_json
+    from rl.tasks.quarantine import quarantined as listed
+
+    emit_json(listed(args.run_dir, _run_tasks(args.run_dir)))
     return 0

@@ -243,3 +243,36 @@ def test_every_episode_is_committed_once_through_sigkills_and_scancels(
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)
         time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_sync_mode_generates_round_n_with_version_n_alone(workdir: Path, tasks_file: Path) -> None:
+    """The test publishes version 1 itself, as the learner would after round 0."""
+    from safetensors.torch import load_file
+
+    from rl.engine.config import ModelConfig
+    from rl.model import checkpoint
+
+    body = _config(tasks_file, groups=4).replace('name = "r"\n', 'name = "r"\nmode = "sync"\n')
+    body = body.replace("concurrency = 4\n", "concurrency = 4\ngroups_per_step = 2\n")
+    sarl("submit", str(write_config(workdir, body)), cwd=workdir)
+    run = workdir / "runs" / "r"
+    store = Store(run / "store.zarr")
+    try:
+        wait_for(lambda: len(_episodes(store)) == 4, 300, "round 0 (groups 0 and 1) committed")
+        time.sleep(5.0)  # a worker that ignored the round would start group 2 now
+        state = task_state(run, 0, "rollout")
+        assert set(state["planned"]) == {"0", "1"}, state["planned"]
+        assert store.weights.latest() is None
+        weights = load_file(str(checkpoint(ModelConfig(dtype="float32")) / "model.safetensors"))
+        store.weights.publish(weights, version=1, dtype="float32")
+        _run_to_end(workdir, run)
+        _assert_exactly_once(run, store, groups=4, group_size=2)
+        reader = store.reader()
+        for key in reader.committed():
+            for s in reader.read(key).samples():
+                assert set(s.versions[s.loss_mask == 1].tolist()) == {s.group_id // 2}, (s.episode_id, s.versions)
+        assert task_state(run, 0, "rollout")["abandoned"] == {}
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+        time.sleep(0.5)

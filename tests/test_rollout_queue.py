@@ -4,6 +4,7 @@ not depend on which process makes them (real store, real task files)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections import Counter
@@ -96,3 +97,28 @@ def test_files_get_their_weighted_share_and_quarantined_tasks_are_never_drawn(
     for t in TASKS:
         quarantine(tmp_path, t.task_id, "all out", by="test")
     assert queue.choose(99, planned, set()) is None
+
+
+def test_sarl_tasks_quarantine_names_what_is_wrong_and_lists_reasons(tmp_path: Path, files: list[Path]) -> None:
+    from conftest import sarl
+
+    from rl.config import validate_config
+    from rl.run.rundir import RunDir
+
+    raw = {
+        "run": {"name": "q", "root": str(tmp_path)},
+        "generator": {},
+        "rollout": {"tasks_file": [str(f) for f in files]},
+    }
+    cfg = validate_config(raw, "test", cluster="local")
+    RunDir(cfg.run_dir).create(cfg)
+    run = str(cfg.run_dir)
+    bad = sarl("tasks", "quarantine", run, "HumanEval/999", "--reason", "x", cwd=tmp_path, check=False)
+    assert bad.returncode != 0 and "task_id: 'HumanEval/999' is not in the run" in bad.stderr
+    none = sarl("tasks", "quarantine", str(tmp_path), "HumanEval/1", "--reason", "x", cwd=tmp_path, check=False)
+    assert none.returncode != 0 and "not a run directory" in none.stderr
+    sarl("tasks", "quarantine", run, "HumanEval/7", "--reason", "flaky tests", cwd=tmp_path)
+    out = sarl("tasks", "quarantined", run, cwd=tmp_path)
+    assert json.loads(out.stdout) == {"HumanEval/7": "flaky tests"}
+    queue = TaskQueue(files, [1.0, 1.0], seed=0, run_dir=cfg.run_dir, group_size=2)
+    assert all(queue.choose(g, {}, set()).task_id != "HumanEval/7" for g in range(200))  # type: ignore[union-attr]

@@ -133,6 +133,7 @@ class Worker:
         self.committed: set[int] = set()
         self._busy = False
         self._beat_at = 0.0
+        self.loop_s = 0.0
         self._writer: Any = None
         self._curves: Curves | None = None
 
@@ -159,7 +160,10 @@ class Worker:
             Verifier(self.cfg.verify, sandbox=self.cfg.sandbox) as self.verifier,
             ThreadPoolExecutor(self.rc.concurrency) as self.ex,
         ):
+            t0 = time.monotonic()
             self.loop(todo)
+            self.loop_s = time.monotonic() - t0
+            """Seconds of the loop alone: from the first group started to the last batch committed."""
         self._curves.close()
         return self.summary()
 

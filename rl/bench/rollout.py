@@ -1,0 +1,140 @@
+"""`sarl bench rollout`: episodes per second of a real rollout worker against
+a live vLLM generator, with `concurrency` 8 beside `concurrency` 1, in one
+run, on the same tasks and the same engine.
+
+Everything is the product's own path: the generator service over HTTP with
+the run's secret, the generator client, the agent, warm sandboxes, the
+verifier in fresh sandboxes, and batches committed to a real store. Each
+concurrency gets its own run directory (its own store), so neither sees the
+other's pass rates.
+
+* `episodes_per_s`: episodes committed / wall time of the worker's loop
+  (from its first group started to its last batch committed);
+* `generator_busy`: the share of that wall time the engine was generating
+  (the service's own engine-time counter);
+* `generate_share`, `execute_share`, `verify_share`: the episodes' time in
+  each, over (wall time x concurrency): the share of an episode slot's time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rl.config import validate_config
+
+
+def _config(root: Path, name: str, tasks_file: Path, groups: int, concurrency: int, max_tokens: int, dtype: str) -> Any:
+    raw = {
+        "run": {"name": name, "root": str(root), "seed": 1},
+        "executor": {"type": "local"},
+        "model": {"dtype": dtype},
+        "generator": {"engine": {"type": "vllm", "max_model_len": 2048}},
+        "rollout": {
+            "tasks_file": str(tasks_file),
+            "groups": groups,
+            "group_size": 4,
+            "concurrency": concurrency,
+            "batch_groups": 2,
+            "agent": {"max_turns": 2, "max_tokens": max_tokens, "temperature": 0.8},
+        },
+    }
+    return validate_config(raw, "bench rollout", cluster="local", base_dir=root)
+
+
+def _measure(engine: Any, cfg: Any, c: int) -> dict[str, Any]:
+    """One worker at concurrency `c` against a generator service on `engine`."""
+    from rl.generator.endpoint import Endpoint, announce, run_secret
+    from rl.generator.service import GeneratorServer
+    from rl.rollout.worker import Worker
+
+    run_dir = cfg.run_dir
+    (run_dir / "endpoints").mkdir(parents=True)
+    server = GeneratorServer(engine, bind="127.0.0.1", token=run_secret(run_dir)).start()
+    stop = threading.Event()
+
+    def keep_announcing() -> None:  # what the generator role does every poll
+        while not stop.is_set():
+            h = server.health()
+            ep = Endpoint(0, "127.0.0.1", server.port, h["version"], h["queued"], time.time(), backend="vllm")
+            announce(run_dir, ep)
+            stop.wait(2.0)
+
+    threading.Thread(target=keep_announcing, daemon=True).start()
+    state: dict[str, Any] = {}
+    worker = Worker(run_dir, cfg, cfg.rollout, 0, state, save=lambda **kw: state.update(kw))
+    busy0 = server.health()["generate_s"]
+    try:
+        worker.run()
+    finally:
+        stop.set()
+        server.stop()
+    wall = worker.loop_s
+    busy = server.health()["generate_s"] - busy0
+    reader = worker.store.reader()
+    batches = [reader.read(k) for k in reader.committed()]
+    episodes = sum(len(b) for b in batches)
+    out: dict[str, Any] = {
+        "episodes": episodes,
+        "wall_s": round(wall, 2),
+        "episodes_per_s": round(episodes / wall, 4),
+        "generator_busy": round(min(1.0, busy / wall), 3),
+        "tokens_sampled": int(sum(int((b.columns["versions"] >= 0).sum()) for b in batches)),
+    }
+    for j, t in enumerate(("generate", "execute", "verify")):
+        out[f"{t}_share"] = round(sum(float(b.timings[:, j].sum()) for b in batches) / (wall * c), 3)
+    return out
+
+
+def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from tqdm import tqdm
+
+    from rl.engine import make_engine
+    from rl.tasks.format import write_tasks
+    from rl.tasks.importers import import_humaneval
+
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the figures
+    groups = {1: 2, 8: 6} if args.quick else {1: 4, 8: 16}
+    max_tokens = 96 if args.quick else 160
+    bar = tqdm(total=3, desc="bench rollout", file=sys.stderr)
+    r: dict[str, Any] = {"dtype": args.dtype, "max_tokens": max_tokens, "group_size": 4, "max_turns": 2}
+    with tempfile.TemporaryDirectory(prefix="sarl-bench-rollout-") as tmp:
+        root = Path(tmp)
+        tasks_file = root / "tasks.jsonl"
+        write_tasks(tasks_file, import_humaneval()[:40])
+        cfg0 = _config(root, "c1", tasks_file, groups[1], 1, max_tokens, args.dtype)
+        assert cfg0.generator is not None
+        t0 = time.perf_counter()
+        engine = make_engine(cfg0.generator.engine, cfg0.model)
+        r["engine_start_s"] = round(time.perf_counter() - t0, 1)
+        bar.update()
+        for c in (1, 8):
+            cfg = _config(root, f"c{c}", tasks_file, groups[c], c, max_tokens, args.dtype)
+            key = "" if c == 8 else "_c1"
+            r.update({k + key: v for k, v in _measure(engine, cfg, c).items()})
+            bar.update()
+        engine.close()
+    bar.close()
+    r["speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_c1"], 2)
+    lines = [
+        f"rollout: HumanEval, SmolLM2-135M-Instruct on vLLM (CPU, {args.dtype}), group size 4, up to 2 turns of "
+        f"{max_tokens} tokens",
+        f"  concurrency 8   {r['episodes_per_s']:.3f} episodes/s  ({r['episodes']} in {r['wall_s']} s), "
+        f"generator busy {r['generator_busy']:.0%}",
+        f"  concurrency 1   {r['episodes_per_s_c1']:.3f} episodes/s  ({r['episodes_c1']} in {r['wall_s_c1']} s), "
+        f"generator busy {r['generator_busy_c1']:.0%}",
+        f"  speedup {r['speedup']}x (target >= 3)",
+        f"  time shares at concurrency 8: generate {r['generate_share']:.0%}, execute {r['execute_share']:.0%}, "
+        f"verify {r['verify_share']:.0%} (target < 5%)",
+        f"  time shares at concurrency 1: generate {r['generate_share_c1']:.0%}, execute "
+        f"{r['execute_share_c1']:.0%}, verify {r['verify_share_c1']:.0%}",
+        f"  engine start {r['engine_start_s']} s (not counted)",
+    ]
+    return r, lines
