@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import time
@@ -208,6 +209,13 @@ def test_every_episode_is_committed_once_through_sigkills_and_scancels(
             live = [t for t in status(run)["roles"]["rollout"]["detail"] if t["status"] == "RUNNING"]
             if not live:
                 break
+            if n == 0:  # status tells per worker what is committed, in flight, failing, and the rate
+                assert all(
+                    re.search(
+                        r"\d+ episodes committed in \d+ batches, \d+ in flight, [\d.]+/s; failures: ", t["progress"]
+                    )
+                    for t in live
+                ), live
             victim = rng.choice(live)
             if n % 2 == 0:
                 os.kill(_heartbeat(run, "rollout", victim["task"])["pid"], signal.SIGKILL)

@@ -48,7 +48,8 @@ class LossBase(Section):
     kl_coef: float = 0.0
     """Weight of the k3 KL to the reference model (0: off, no reference model is loaded)."""
 
-    def advantages(self, rewards: torch.Tensor, groups: torch.Tensor) -> torch.Tensor:
+    def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """[B] from the rewards, group ids and sampled-token counts of the samples."""
         raise NotImplementedError
 
     def compute(self, x: LossInputs) -> LossOutput:

@@ -1,0 +1,32 @@
+"""SFT: the negative log-likelihood of the trained tokens, token mean.
+
+    loss = - sum_it m_it logp_it / sum_it m_it
+
+`source = "references"` trains on the tasks' reference solutions (the
+warm start small models need); `"passing"` on committed rollouts whose
+reward passed (rejection-sampling fine-tuning). Hand check: two tokens of
+probability 0.5 each: loss = ln 2 = 0.693.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from rl.learner.losses.base import LossBase, LossInputs, LossOutput, token_mean
+
+
+class SFT(LossBase):
+    """Supervised fine-tuning, with the same loop, checkpoints and publishing."""
+
+    type: Literal["sft"] = "sft"
+    """Loss tag: `sft`."""
+    source: Literal["references", "passing"] = "passing"
+    """What to train on: task references, or rollouts that passed."""
+
+    def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        return torch.ones_like(rewards)
+
+    def compute(self, x: LossInputs) -> LossOutput:
+        return LossOutput(token_mean(-x.logp, x.mask), {})
