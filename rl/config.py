@@ -25,6 +25,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 from rl.engine.config import ModelConfig
 from rl.errors import ConfigError
 from rl.generator.config import GeneratorRole
+from rl.learner.config import LearnerRole
 from rl.rollout.config import RolloutRole
 from rl.run.config import Executor, JobResources, LocalExecutor, RoleConfig, RunSection, SlurmExecutor, SmokeRole
 from rl.schema import SAFE, TAG, Section, models_in, tag_values
@@ -42,6 +43,8 @@ __all__ = [
     "RoleSpec",
     "SlurmExecutor",
     "GeneratorRole",
+    "LearnerRole",
+    "RolloutRole",
     "SmokeRole",
     "ValidateRole",
     "config_diff",
@@ -98,6 +101,8 @@ class Config(Section):
     """Generators serving the policy; absent: not run."""
     rollout: RolloutRole | None = role("jobs.rollout:Rollout")
     """Rollout workers playing episodes against the generators; absent: not run."""
+    learner: LearnerRole | None = role("jobs.learner:Learner")
+    """The learner training on committed rollouts; absent: not run."""
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
@@ -117,6 +122,11 @@ class Config(Section):
                 )
         if self.rollout is not None:
             self._check_modes(self.rollout)
+        if self.learner is not None and self.run.mode == "sync" and self.learner.publish_every != 1:
+            raise ValueError(
+                f"learner.publish_every = {self.learner.publish_every}: run.mode = 'sync' trains step N + 1 "
+                "on samples of version N, so every step must be published"
+            )
         return self
 
     def _check_modes(self, r: RolloutRole) -> None:

@@ -9,6 +9,9 @@ if ! command -v bwrap >/dev/null; then  # sandboxes: bubblewrap, and setpriv fro
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap util-linux >/dev/null
 fi
 scripts/slurm-up.sh
+# DeepSpeed compiles its CPU communication op at the first learner start
+# (about a minute here); build it once, so that no test's timing includes it
+.venv/bin/python -c "from rl.learner.trainer import build_ops; build_ops()"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

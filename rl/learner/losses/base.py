@@ -12,6 +12,7 @@ truncated importance weights old / behaviour, 0 on masked-out tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import torch
 
@@ -44,6 +45,9 @@ class LossOutput:
 
 class LossBase(Section):
     """Fields every policy loss has."""
+
+    unit: ClassVar[str] = "tokens"
+    """`tokens` or `samples`: what the loss averages over."""
 
     kl_coef: float = 0.0
     """Weight of the k3 KL to the reference model (0: off, no reference model is loaded)."""

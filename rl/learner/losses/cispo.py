@@ -11,7 +11,7 @@ d loss / d logp = -2.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -25,6 +25,8 @@ class CISPO(LossBase):
 
     type: Literal["cispo"] = "cispo"
     """Loss tag: `cispo`."""
+    unit: ClassVar[str] = "tokens"
+    """What the loss averages over: a step of micro-batches is normalised by the same."""
     clip_low: float = Field(1.0, ge=0)
     """The weight is at least 1 - clip_low (1.0: no lower bound)."""
     clip_high: float = Field(4.0, gt=0)

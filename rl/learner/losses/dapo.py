@@ -15,7 +15,7 @@ the pessimistic, unclipped term).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -29,6 +29,8 @@ class DAPO(LossBase):
 
     type: Literal["dapo"] = "dapo"
     """Loss tag: `dapo`."""
+    unit: ClassVar[str] = "tokens"
+    """What the loss averages over: a step of micro-batches is normalised by the same."""
     clip_low: float = Field(0.2, gt=0)
     """Lower clip range eps_low."""
     clip_high: float = Field(0.28, gt=0)

@@ -12,7 +12,7 @@ Hand check: B = 2, max_tokens = 4, sample 0 has 2 tokens with A = 1, sample
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -26,6 +26,8 @@ class DrGRPO(LossBase):
 
     type: Literal["dr_grpo"] = "dr_grpo"
     """Loss tag: `dr_grpo`."""
+    unit: ClassVar[str] = "samples"
+    """What the loss averages over: a step of micro-batches is normalised by the same."""
     clip: float = Field(0.2, gt=0)
     """PPO clip range eps, both sides."""
     max_tokens: int = Field(1024, ge=1)

@@ -10,7 +10,7 @@ the gradient of each token's logp is -1/2 (the token mean).
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -24,6 +24,8 @@ class GRPO(LossBase):
 
     type: Literal["grpo"] = "grpo"
     """Loss tag: `grpo`."""
+    unit: ClassVar[str] = "samples"
+    """What the loss averages over: a step of micro-batches is normalised by the same."""
     clip: float = Field(0.2, gt=0)
     """PPO clip range eps, both sides."""
     leave_one_out: bool = False

@@ -11,7 +11,7 @@ contributes -1.0004.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from pydantic import Field
@@ -25,6 +25,8 @@ class GSPO(LossBase):
 
     type: Literal["gspo"] = "gspo"
     """Loss tag: `gspo`."""
+    unit: ClassVar[str] = "samples"
+    """What the loss averages over: a step of micro-batches is normalised by the same."""
     clip_low: float = Field(3e-4, gt=0)
     """Lower clip range of the sequence ratio."""
     clip_high: float = Field(4e-4, gt=0)

@@ -10,7 +10,7 @@ probability 0.5 each: loss = ln 2 = 0.693.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 
@@ -22,6 +22,8 @@ class SFT(LossBase):
 
     type: Literal["sft"] = "sft"
     """Loss tag: `sft`."""
+    unit: ClassVar[str] = "tokens"
+    """What the loss averages over: a step of micro-batches is normalised by the same."""
     source: Literal["references", "passing"] = "passing"
     """What to train on: task references, or rollouts that passed."""
 

@@ -1,0 +1,60 @@
+"""The `learner` role: trains the policy on committed rollouts
+(rl.learner.loop) and publishes weight versions.
+
+Its role state records the quarantined batches (with reasons) and the last
+step's figures; the truth of how far it got is its newest complete
+checkpoint, which holds the cursor. On USR2 it saves the last completed
+step at once, then requeues.
+
+TensorBoard (`RUN/tb/learner/`, step: learner step): loss, reward_mean,
+grad_norm, lr, mismatch_kl (behaviour vs trainer log-probs), masked_frac,
+clip_frac, staleness, dropped_stale, samples, tokens, wait_s, step_s,
+version.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import submitit
+
+from rl.config import Config, LearnerRole, RoleConfig
+from rl.run.role import Role
+
+
+class Learner(Role):
+    name = "learner"
+
+    def __init__(self, run_dir: str):
+        super().__init__(run_dir)
+        self.learner: Any = None
+
+    def initial_state(self, role_cfg: RoleConfig) -> dict[str, Any]:
+        return {**super().initial_state(role_cfg), "quarantined": {}}
+
+    def progress(self) -> str:
+        s = self.state
+        if "step" not in s:
+            return ""
+        return (
+            f"step {s['step']}, {s.get('batches', 0)} batches consumed, loss {s.get('loss', 0.0):.4f}, "
+            f"reward {s.get('reward_mean', 0.0):.3f}, mismatch KL {s.get('mismatch_kl', 0.0):.4f}, "
+            f"{len(s.get('quarantined', {}))} batches quarantined"
+        )
+
+    def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
+        assert isinstance(role_cfg, LearnerRole)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+        from rl.learner.loop import Learner as Loop
+
+        self.learner = Loop(self.run_dir, cfg, role_cfg, self.state.get("quarantined", {}), save=self.commit)
+        return self.learner.run()
+
+    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+        """USR2: save the last completed step first, then requeue."""
+        if self.learner is not None:
+            self.learner.on_signal()
+        delayed = super().checkpoint(*args, **kwargs)
+        self.learner = None  # not pickled into the requeued job
+        return delayed

@@ -1,0 +1,78 @@
+"""The `[learner]` role section (pydantic only)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from rl.learner.correction import Correction
+from rl.learner.losses import GRPO, Loss
+from rl.run.config import RoleConfig
+from rl.schema import SAFE, Section
+
+
+class OptimizerConfig(Section):
+    """AdamW with warmup and a schedule, given to DeepSpeed as a torch object
+    (so that no fused CUDA op is built on CPU)."""
+
+    lr: float = Field(1e-6, gt=0)
+    """Peak learning rate."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """AdamW betas."""
+    weight_decay: float = Field(0.0, ge=0)
+    """Decoupled weight decay."""
+    warmup_steps: int = Field(0, ge=0)
+    """Steps of linear warmup from 0 to `lr`."""
+    schedule: Literal["constant", "cosine"] = "constant"
+    """After warmup: constant, or cosine decay to 10% of `lr` at `learner.steps`."""
+    grad_clip: float = Field(1.0, gt=0)
+    """Global gradient norm clip."""
+
+
+class LearnerRole(RoleConfig):
+    """The learner: trains the policy on committed rollout batches, each
+    once, and publishes weight versions. One task (multi-rank through
+    `job.nodes`, not yet built)."""
+
+    tasks: int = Field(1, ge=1, le=1)
+    """Always 1: one learner per run."""
+    steps: int = Field(10, ge=1)
+    """Optimizer steps to take; the run's last weight version is `steps`."""
+    loss: Loss = GRPO()
+    """The objective: grpo, dr_grpo, dapo, gspo, cispo or sft."""
+    correction: Correction = Correction()
+    """Off-policy correction against the behaviour log-probs."""
+    optimizer: OptimizerConfig = OptimizerConfig()
+    """AdamW, warmup, schedule, clipping."""
+    samples_per_step: int = Field(8, ge=1)
+    """Samples a step trains on at least (whole batches, so whole groups)."""
+    micro_batches: int = Field(1, ge=1, le=1024)
+    """Gradient accumulation: a step's samples are split into this many
+    micro-batches of about equal tokens; the loss is normalised over the
+    whole step, so the split does not change it."""
+    max_staleness: int | None = Field(None, ge=0)
+    """Drop (and count) samples whose version is more than this behind the
+    version being trained; None: keep all."""
+    publish_every: int = Field(1, ge=1)
+    """Publish a weight version every this many steps (and at the last)."""
+    checkpoint_every: int = Field(1, ge=1, json_schema_extra=SAFE)
+    """Checkpoint every this many steps (and on USR2, and at the last)."""
+    keep_checkpoints: int = Field(2, ge=1, json_schema_extra=SAFE)
+    """Complete checkpoints kept; older ones are deleted."""
+    zero_stage: int = Field(0, ge=0, le=2)
+    """DeepSpeed ZeRO stage (3 would need gathered weights to publish: not built)."""
+    bf16: bool = False
+    """Train in bf16 (DeepSpeed's bf16 mode); off: float32."""
+    poll_s: float = Field(1.0, gt=0, json_schema_extra=SAFE)
+    """Seconds between looks at the store while waiting for rollouts."""
+    threads: int = Field(0, ge=0, json_schema_extra=SAFE)
+    """torch intra-op threads (0: torch's default)."""
+
+    @model_validator(mode="after")
+    def _check(self) -> LearnerRole:
+        if self.micro_batches > self.samples_per_step:
+            raise ValueError(
+                f"micro_batches = {self.micro_batches} is more than samples_per_step = {self.samples_per_step}"
+            )
+        return self

@@ -1,0 +1,173 @@
+"""The learner: an outline.
+
+    resume from the newest complete checkpoint (model, optimizer, scheduler,
+        RNG of python, numpy and torch, step, cursor), else the base model
+        at step 0 (version 0)
+    while step < steps:
+        data = committed batches the cursor has not consumed, each once
+               (rl.learner.data: whole groups, stale ones dropped and counted)
+        one optimizer step on them (rl.learner.trainer); a loss or gradient
+               that is not finite is not applied: the learner rolls back to
+               its last checkpoint, quarantines the batches with the reason,
+               and goes on
+        step += 1, and the cursor takes the batches, together
+        publish weight version `step` every `publish_every` steps
+        checkpoint every `checkpoint_every` steps, at the end, and on USR2
+
+Exactly once: the cursor travels inside the checkpoint with the weights it
+produced, so a learner killed at any instant resumes with exactly the
+batches its restored weights have not seen. Each checkpoint's meta keeps
+the history of which batches each step applied.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from rl.config import Config
+from rl.learner.checkpoints import LearnerCheckpoints
+from rl.learner.config import LearnerRole
+from rl.learner.data import take_step
+from rl.store import Cursor, Store
+
+log = logging.getLogger("sarl.learner")
+
+
+def rng_state() -> dict[str, Any]:
+    """Every library's RNG, as JSON."""
+    py = random.getstate()
+    return {
+        "python": [py[0], list(py[1]), py[2]],
+        "numpy": [x.tolist() if isinstance(x, np.ndarray) else x for x in np.random.get_state()],
+        "torch": torch.get_rng_state().tolist(),
+    }
+
+
+def set_rng_state(s: dict[str, Any]) -> None:
+    random.setstate((s["python"][0], tuple(s["python"][1]), s["python"][2]))
+    n = s["numpy"]
+    np.random.set_state((n[0], np.asarray(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+    torch.set_rng_state(torch.tensor(s["torch"], dtype=torch.uint8))
+
+
+class Learner:
+    def __init__(
+        self, run_dir: Any, cfg: Config, lc: LearnerRole, quarantined: dict[str, str], save: Callable[..., None]
+    ):
+        self.run_dir, self.cfg, self.lc, self.save_state = Path(run_dir), cfg, lc, save
+        self.store = Store.of_run(run_dir)
+        self.checkpoints = LearnerCheckpoints(run_dir)
+        self.quarantined = dict(quarantined)
+        """Batches not trained on ('writer/seq' -> reason)."""
+        self.step = 0
+        self.cursor = Cursor()
+        self.history: list[list[Any]] = []
+        self.saved_step = -1
+        self.applying = False
+        self.stopping = False
+        self.trainer: Any = None
+
+    def run(self) -> dict[str, Any]:
+        from rl.learner.trainer import Trainer
+        from rl.model import checkpoint
+
+        self.trainer = Trainer(str(checkpoint(self.cfg.model)), self.lc)
+        self._resume()
+        tb = self._tb()
+        sync = self.cfg.run.mode == "sync"
+        while self.step < self.lc.steps and not self.stopping:
+            t0 = time.monotonic()
+            data = take_step(
+                self.store, self.cursor, self.lc.samples_per_step, self.step, self.lc.max_staleness, sync,
+                self.lc.poll_s, lambda: self.stopping,
+            )  # fmt: skip
+            if data is None:
+                break
+            t1 = time.monotonic()
+            metrics = self.trainer.step(data.samples)
+            if metrics is None:
+                self._roll_back([f"{w}/{s}" for w, s in data.keys], "loss or gradient not finite")
+                continue
+            self.applying = True  # a USR2 now must not save half of this
+            self.step += 1
+            for key in data.keys:
+                self.cursor.add(key)
+            self.history.append([self.step, [f"{w}/{s}" for w, s in data.keys]])
+            self.applying = False
+            metrics.update(wait_s=t1 - t0, step_s=time.monotonic() - t1, dropped_stale=data.dropped_stale)
+            metrics["staleness"] = float(np.mean([self.step - 1 - v for v in data.versions])) if data.versions else 0.0
+            self._after_step(metrics, tb)
+        if self.saved_step != self.step:
+            self.save_checkpoint()
+        if tb is not None:
+            tb.close()
+        return {"step": self.step, "batches": len(self.cursor), "quarantined": len(self.quarantined)}
+
+    # ------------------------------------------------------------ the parts
+    def _resume(self) -> None:
+        latest = self.checkpoints.latest()
+        if latest is None:
+            random.seed(self.cfg.run.seed)
+            np.random.seed(self.cfg.run.seed % 2**32)
+            torch.manual_seed(self.cfg.run.seed)
+            return
+        self.trainer.load(latest.path)
+        self.step, self.cursor, self.saved_step = latest.step, latest.cursor, latest.step
+        self.history = list(latest.meta.get("history", []))
+        set_rng_state(latest.meta["rng"])
+        for key in self.quarantined:
+            w, _, s = key.rpartition("/")
+            self.cursor.add((w, int(s)))
+        log.info("resumed at step %d with %d batches consumed", self.step, len(self.cursor))
+
+    def _roll_back(self, keys: list[str], why: str) -> None:
+        for k in keys:
+            self.quarantined[k] = f"step {self.step + 1}: {why}"
+        self.save_state(quarantined=dict(self.quarantined))
+        log.warning("step %d not applied (%s): batches %s quarantined; rolling back", self.step + 1, why, keys)
+        self._resume()
+
+    def _after_step(self, metrics: dict[str, float], tb: Any) -> None:
+        lc = self.lc
+        if self.step % lc.publish_every == 0 or self.step == lc.steps:
+            self.store.weights.publish(self.trainer.state_dict(), version=self.step, dtype=self.cfg.model.dtype)
+        if self.step % lc.checkpoint_every == 0 or self.step == lc.steps:
+            self.save_checkpoint()
+        self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})
+        log.info("step %d: loss %.4f reward %.3f", self.step, metrics["loss"], metrics["reward_mean"])
+        if tb is not None:
+            for k, v in metrics.items():
+                tb.add_scalar(f"learner/{k}", v, self.step)
+            tb.add_scalar("learner/version", self.store.weights.latest() or 0, self.step)
+            tb.flush()
+
+    def save_checkpoint(self) -> None:
+        """Commit model, optimizer, scheduler, RNG, step and cursor together."""
+        if self.trainer is None or self.applying or self.trainer.updating or self.saved_step == self.step:
+            return
+        meta = {"rng": rng_state(), "history": self.history, "version": self.store.weights.latest() or 0}
+        self.checkpoints.save(self.step, self.cursor, meta, self.trainer.save, keep=self.lc.keep_checkpoints)
+        self.saved_step = self.step
+
+    def on_signal(self) -> None:
+        """USR2 (preemption, time limit): save the last completed step now.
+        Weights only change inside the step's last optimizer call, which is
+        marked, so a save here is never of a half-applied step."""
+        self.stopping = True
+        self.save_checkpoint()
+
+    def _tb(self) -> Any:
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            log.warning("tensorboard is not installed: no learner curves")
+            return None
+        return SummaryWriter(str(self.run_dir / "tb" / "learner"))
