@@ -103,10 +103,10 @@ def _weights(run: Path, version: int) -> dict[str, np.ndarray]:
     return {k: np.asarray(v).copy() for k, v in tensors.items()}
 
 
-def _start(workdir: Path, name: str, tiny_model: Path, steps: int) -> Path:
+def _start(workdir: Path, name: str, tiny_model: Path, steps: int, extra: str = "") -> Path:
     folder = workdir / name
     folder.mkdir()
-    cfg = write_config(folder, _config(tiny_model, steps))
+    cfg = write_config(folder, _config(tiny_model, steps, extra))
     run = folder / "runs" / "l"
     # the run directory first (submit creates it), then the rollouts a learner waits for
     sarl("submit", str(cfg), cwd=folder)
@@ -116,15 +116,15 @@ def _start(workdir: Path, name: str, tiny_model: Path, steps: int) -> Path:
 
 @pytest.mark.slow
 def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Path, tiny_model: Path) -> None:
-    run = _start(workdir, "a", tiny_model, steps=3)
+    run = _start(workdir, "a", tiny_model, steps=3, extra="keep_versions = 2\n")
     try:
         wait_for(lambda: _state(run).get("done"), 400, "the learner to finish")
         state = task_state(run, 0, "learner")
         assert state["step"] == 3 and state["batches"] == 3 and state["quarantined"] == {}
         store = Store(run / "store.zarr")
-        assert store.weights.versions() == [1, 2, 3]
-        w1, w3 = _weights(run, 1), _weights(run, 3)
-        assert set(w1) and any(not np.array_equal(w1[k], w3[k]) for k in w1)  # it trained
+        assert store.weights.versions() == [2, 3]  # published each step, the last 2 kept
+        w2, w3 = _weights(run, 2), _weights(run, 3)
+        assert set(w2) and any(not np.array_equal(w2[k], w3[k]) for k in w2)  # it trained
         assert np.isfinite(state["mismatch_kl"]) and state["mismatch_kl"] > 0.05  # behaviour log-probs differ
         from rl.learner.checkpoints import LearnerCheckpoints
 
@@ -180,3 +180,32 @@ def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: 
     finally:
         for run in (straight, killed):
             sarl("cancel", str(run), cwd=run.parents[1], check=False)
+
+
+@pytest.mark.slow
+def test_a_step_that_is_not_finite_is_not_applied_and_its_batch_is_quarantined(workdir: Path, tiny_model: Path) -> None:
+    folder = workdir / "nan"
+    folder.mkdir()
+    run = folder / "runs" / "l"
+    sarl("submit", str(write_config(folder, _config(tiny_model, steps=3))), cwd=folder)
+    _commit_rollouts(run, tiny_model, groups=4)  # 2 batches: steps 1 and 2
+    store = Store(run / "store.zarr")
+    # a generator bug: a copy of batch 0 with a NaN behaviour log-prob, committed third
+    bad = store.reader().read(("rollout-000000", 0)).samples()
+    bad[0].logprobs = bad[0].logprobs.copy()
+    bad[0].logprobs[np.flatnonzero(bad[0].loss_mask)[0]] = np.nan
+    store.writer("rollout-bad").write(0, bad)
+    try:
+        wait_for(lambda: _state(run).get("quarantined"), 400, "the bad batch to be quarantined")
+        assert _state(run).get("step") == 2  # rolled back: still at the last good step
+        good = store.reader().read(("rollout-000000", 1)).samples()
+        store.writer("rollout-000000").write(2, good)  # a sound batch for step 3
+        wait_for(lambda: _state(run).get("done"), 400, "the learner to finish")
+        state = _state(run)
+        assert list(state["quarantined"]) == ["rollout-bad/0"], state["quarantined"]
+        assert "not finite" in state["quarantined"]["rollout-bad/0"]
+        assert state["step"] == 3
+        w = _weights(run, 3)
+        assert all(np.isfinite(v).all() for v in w.values())
+    finally:
+        sarl("cancel", str(run), cwd=folder, check=False)

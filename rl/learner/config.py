@@ -60,6 +60,9 @@ class LearnerRole(RoleConfig):
     """Checkpoint every this many steps (and on USR2, and at the last)."""
     keep_checkpoints: int = Field(2, ge=1, json_schema_extra=SAFE)
     """Complete checkpoints kept; older ones are deleted."""
+    keep_versions: int | None = Field(None, ge=1, json_schema_extra=SAFE)
+    """Published weight versions kept in the store besides those a generator
+    pins (and the full versions their deltas point into); None: all."""
     zero_stage: int = Field(0, ge=0, le=2)
     """DeepSpeed ZeRO stage (3 would need gathered weights to publish: not built)."""
     bf16: bool = False

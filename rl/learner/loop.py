@@ -92,7 +92,13 @@ class Learner:
             if data is None:
                 break
             t1 = time.monotonic()
-            metrics = self.trainer.step(data.samples)
+            samples = data.samples
+            if self.lc.loss.type == "sft":  # rejection sampling: only what passed is imitated
+                samples = [s for s in samples if s.failure == "" and s.reward > 0]
+            if not samples:
+                self._consume(data.keys, "no sample to train on")
+                continue
+            metrics = self.trainer.step(samples)
             if metrics is None:
                 self._roll_back([f"{w}/{s}" for w, s in data.keys], "loss or gradient not finite")
                 continue
@@ -128,6 +134,13 @@ class Learner:
             self.cursor.add((w, int(s)))
         log.info("resumed at step %d with %d batches consumed", self.step, len(self.cursor))
 
+    def _consume(self, keys: list[tuple[str, int]], why: str) -> None:
+        """Batches read and not trained on (no step taken): recorded, never read again."""
+        for w, s in keys:
+            self.cursor.add((w, s))
+            self.quarantined[f"{w}/{s}"] = why
+        self.save_state(quarantined=dict(self.quarantined))
+
     def _roll_back(self, keys: list[str], why: str) -> None:
         for k in keys:
             self.quarantined[k] = f"step {self.step + 1}: {why}"
@@ -139,6 +152,8 @@ class Learner:
         lc = self.lc
         if self.step % lc.publish_every == 0 or self.step == lc.steps:
             self.store.weights.publish(self.trainer.state_dict(), version=self.step, dtype=self.cfg.model.dtype)
+            if lc.keep_versions is not None:
+                self.store.weights.retain(lc.keep_versions)
         if self.step % lc.checkpoint_every == 0 or self.step == lc.steps:
             self.save_checkpoint()
         self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})

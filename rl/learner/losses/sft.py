@@ -2,9 +2,8 @@
 
     loss = - sum_it m_it logp_it / sum_it m_it
 
-`source = "references"` trains on the tasks' reference solutions (the
-warm start small models need); `"passing"` on committed rollouts whose
-reward passed (rejection-sampling fine-tuning). Hand check: two tokens of
+`source = "passing"` trains on committed rollouts that passed
+(rejection-sampling fine-tuning); the learner drops the others. Hand check: two tokens of
 probability 0.5 each: loss = ln 2 = 0.693.
 """
 
@@ -24,8 +23,9 @@ class SFT(LossBase):
     """Loss tag: `sft`."""
     unit: ClassVar[str] = "tokens"
     """What the loss averages over: a step of micro-batches is normalised by the same."""
-    source: Literal["references", "passing"] = "passing"
-    """What to train on: task references, or rollouts that passed."""
+    source: Literal["passing"] = "passing"
+    """What to train on: committed rollouts that passed (training on the
+    tasks' references is not built yet)."""
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         return torch.ones_like(rewards)
