@@ -132,6 +132,13 @@ def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Pat
         assert ck is not None and ck.step == 3
         applied = [k for _, keys in ck.meta["history"] for k in keys]
         assert sorted(applied) == sorted(f"rollout-000000/{s}" for s in range(3))
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(run / "tb" / "learner"), size_guidance={"scalars": 0})
+        acc.Reload()
+        tags = set(acc.Tags()["scalars"])
+        assert {"learner/loss", "learner/mismatch_kl", "learner/grad_norm", "learner/reward_mean"} <= tags
+        assert [e.step for e in acc.Scalars("learner/loss")] == [1, 2, 3]
     finally:
         sarl("cancel", str(run), cwd=run.parents[1], check=False)
 
@@ -209,3 +216,47 @@ def test_a_step_that_is_not_finite_is_not_applied_and_its_batch_is_quarantined(w
         assert all(np.isfinite(v).all() for v in w.values())
     finally:
         sarl("cancel", str(run), cwd=folder, check=False)
+
+
+def test_a_step_takes_whole_groups_and_drops_stale_ones_counted(tmp_path: Path) -> None:
+    from rl.learner.data import micro_batches, take_step
+    from rl.store import Cursor
+
+    store = Store(tmp_path)
+    w = store.writer("rollout-000000")
+
+    def group(g: int, version: int, n: int = 2, length: int = 5) -> list[Sample]:
+        ids = np.arange(length, dtype=np.int32)
+        mask = np.array([0] + [1] * (length - 1), dtype=np.uint8)
+        return [Sample("t", g, version, ids, mask, np.zeros(length, np.float32), 1.0) for _ in range(n)]
+
+    w.write(0, group(0, version=0) + group(1, version=3))
+    w.write(1, group(2, version=2, length=9))
+    got = take_step(store, Cursor(), 4, version=4, max_staleness=2, sync=False, poll_s=0.01, should_stop=lambda: True)
+    assert got is not None and got.dropped_stale == 2  # group 0 is 4 versions behind: dropped whole
+    assert sorted(s.group_id for s in got.samples) == [1, 1, 2, 2] and len(got.keys) == 2
+    stop = lambda: True  # noqa: E731
+    sync = take_step(store, Cursor(), 2, version=3, max_staleness=None, sync=True, poll_s=0.01, should_stop=stop)
+    assert sync is None  # no batch holds version 3 alone: a sync step waits (here: stops)
+    parts = micro_batches(got.samples, 2)
+    assert sorted(sum(len(s.tokens) for s in p) for p in parts) == [14, 14]
+
+
+@pytest.mark.slow
+def test_usr2_saves_the_last_step_at_once_and_the_requeued_learner_goes_on(workdir: Path, tiny_model: Path) -> None:
+    run = _start(workdir, "usr2", tiny_model, steps=8, extra="checkpoint_every = 100\n")  # only USR2 and the end
+    try:
+        wait_for(lambda: _state(run).get("step", 0) >= 3, 300, "step 3")
+        pid = _learner_pid(run)
+        assert pid is not None
+        os.kill(pid, signal.SIGUSR2)
+        wait_for(lambda: _state(run).get("checkpoints", 0) >= 1, 60, "the checkpoint on USR2")
+        from rl.learner.checkpoints import LearnerCheckpoints
+
+        saved = LearnerCheckpoints(run).latest()
+        assert saved is not None and saved.step >= 3  # saved then, not at a periodic boundary (every 100)
+        wait_for(lambda: _state(run).get("done"), 300, "the requeued learner")
+        state = _state(run)
+        assert state["step"] == 8 and len(state["starts"]) == 2 and state["batches"] == 8
+    finally:
+        sarl("cancel", str(run), cwd=run.parents[1], check=False)

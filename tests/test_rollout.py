@@ -76,6 +76,11 @@ max_tokens = 24
         ),
         ({"extra": "file_weights = [1.0, 2.0]\n", "where": "rollout"}, "file_weights: 2 weights for 1 task files"),
         ({"second_file": True}, "is in both"),
+        ({"extra": "[learner]\nsamples_per_step = 2\nmicro_batches = 4\n"}, "micro_batches = 4 is more than"),
+        (
+            {"mode": "sync", "extra": "groups_per_step = 2\n[learner]\npublish_every = 2\n", "where": "rollout"},
+            "learner.publish_every = 2: run.mode = 'sync'",
+        ),
     ],
 )
 def test_bad_rollout_input_is_refused_before_submission(
