@@ -43,6 +43,8 @@ def add_commands(sub: Any) -> None:
         default="float32",
         help="float32: CPUs without bf16 instructions decode bf16 batches barely faster than single rows",
     )
+    b.add_argument("--groups", type=int, nargs=2, metavar=("C1", "C8"), help="groups of 4 to play at each concurrency")
+    b.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default: 96 quick, 160)")
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
     b.add_argument("--tasks", type=int, default=1000)
     b.add_argument("--partition", default=None)

@@ -35,7 +35,7 @@ def test_every_role_field_of_the_config_is_registered_with_its_class() -> None:
         for n, f in Config.model_fields.items()
         if any(RoleConfig in getattr(a, "__mro__", ()) for a in getattr(f.annotation, "__args__", ()))
     }
-    assert sections == set(ROLES) == {"smoke", "validation", "generator", "rollout"}
+    assert sections == set(ROLES) == {"smoke", "validation", "generator", "rollout", "learner"}
     for name, spec in ROLES.items():
         cls = role_class(name)
         assert issubclass(cls, Role) and cls.name == name, spec
@@ -244,7 +244,7 @@ def test_json_output_is_one_document_even_when_libraries_print(workdir: Path) ->
 def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
     """Each JSON command, run for real; the costly benchmarks are run by
     their own tests (test_store, test_sandbox, test_verify, test_generate,
-    test_slurm), which parse stdout the same way: `json.loads(stdout)`."""
+    test_slurm, test_rollout, test_rollout_queue), which parse stdout the same way: `json.loads(stdout)`."""
     run = workdir / "runs" / "j"
     (run / "store.zarr").mkdir(parents=True)
     (run / "run.toml").write_text('[run]\nname = "j"\nroot = ".."\n[executor]\ntype = "local"\n[smoke]\n')
@@ -266,6 +266,8 @@ def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
         "bench verify",
         "bench generate",
         "bench submit",
+        "bench rollout",
+        "tasks quarantined",
         "generate",
         "tasks report",
     }

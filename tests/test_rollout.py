@@ -289,3 +289,17 @@ def test_sync_mode_generates_round_n_with_version_n_alone(workdir: Path, tasks_f
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)
         time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_bench_rollout_reports_both_concurrencies_and_the_time_shares(workdir: Path) -> None:
+    """A short run of the benchmark (its figures are in docs/benchmarks.md):
+    every field it promises, each consistent with the others."""
+    out = sarl("bench", "rollout", "--json", "--groups", "1", "2", "--max-tokens", "24", cwd=workdir, timeout=600)
+    r = json.loads(out.stdout)
+    assert r["episodes_c1"] == 4 and r["episodes"] == 8  # groups x 4, every one committed
+    for key in ("", "_c1"):
+        assert r[f"episodes_per_s{key}"] > 0 and 0 <= r[f"generator_busy{key}"] <= 1
+        shares = [r[f"{t}_share{key}"] for t in ("generate", "execute", "verify")]
+        assert all(0 <= x <= 1.05 for x in shares) and r[f"generate_share{key}"] > r[f"verify_share{key}"]
+    assert r["speedup"] == pytest.approx(r["episodes_per_s"] / r["episodes_per_s_c1"], rel=0.02)

@@ -102,7 +102,9 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the figures
     groups = {1: 2, 8: 6} if args.quick else {1: 4, 8: 16}
-    max_tokens = 96 if args.quick else 160
+    if args.groups:
+        groups = {1: args.groups[0], 8: args.groups[1]}
+    max_tokens = args.max_tokens or (96 if args.quick else 160)
     bar = tqdm(total=3, desc="bench rollout", file=sys.stderr)
     r: dict[str, Any] = {"dtype": args.dtype, "max_tokens": max_tokens, "group_size": 4, "max_turns": 2}
     with tempfile.TemporaryDirectory(prefix="sarl-bench-rollout-") as tmp:

@@ -6,10 +6,28 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from rl.learner.correction import Correction
 from rl.learner.losses import GRPO, Loss
 from rl.run.config import RoleConfig
 from rl.schema import SAFE, Section
+
+
+class Correction(Section):
+    """Truncated importance sampling and ratio masking."""
+
+    tis_cap: float | None = Field(2.0, gt=0)
+    """Cap of the importance weight trainer / generator; none: no weight."""
+    mask: Literal["none", "token", "sequence"] = "none"
+    """Drop tokens (or whole samples) whose ratio leaves [band_low, band_high]."""
+    band_low: float = Field(0.5, gt=0)
+    """Lower end of the ratio band."""
+    band_high: float = Field(2.0, gt=0)
+    """Upper end of the ratio band."""
+
+    @model_validator(mode="after")
+    def _band(self) -> Correction:
+        if self.band_low >= self.band_high:
+            raise ValueError(f"band_low = {self.band_low} must be below band_high = {self.band_high}")
+        return self
 
 
 class OptimizerConfig(Section):

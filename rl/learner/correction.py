@@ -17,31 +17,10 @@ what is too far gone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 import torch
-from pydantic import Field, model_validator
 
-from rl.schema import Section
-
-
-class Correction(Section):
-    """Truncated importance sampling and ratio masking."""
-
-    tis_cap: float | None = Field(2.0, gt=0)
-    """Cap of the importance weight trainer / generator; none: no weight."""
-    mask: Literal["none", "token", "sequence"] = "none"
-    """Drop tokens (or whole samples) whose ratio leaves [band_low, band_high]."""
-    band_low: float = Field(0.5, gt=0)
-    """Lower end of the ratio band."""
-    band_high: float = Field(2.0, gt=0)
-    """Upper end of the ratio band."""
-
-    @model_validator(mode="after")
-    def _band(self) -> Correction:
-        if self.band_low >= self.band_high:
-            raise ValueError(f"band_low = {self.band_low} must be below band_high = {self.band_high}")
-        return self
+from rl.learner.config import Correction
 
 
 @dataclass

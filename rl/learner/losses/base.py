@@ -12,11 +12,12 @@ truncated importance weights old / behaviour, 0 on masked-out tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import ClassVar
-
-import torch
+from typing import TYPE_CHECKING, ClassVar
 
 from rl.schema import Section
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -54,19 +55,23 @@ class LossBase(Section):
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """[B] from the rewards, group ids and sampled-token counts of the samples."""
+
         raise NotImplementedError
 
     def compute(self, x: LossInputs) -> LossOutput:
+
         raise NotImplementedError
 
 
 def token_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Sum over every trained token of the batch / their number (DAPO's)."""
+
     return (per_token * mask).sum() / mask.sum().clamp(min=1.0)
 
 
 def sample_mean(per_token: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Each sample's token mean, then the mean over samples (GRPO's)."""
+
     per_sample = (per_token * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
     return per_sample.mean()
 
@@ -75,6 +80,8 @@ def clipped_surrogate(
     ratio: torch.Tensor, adv: torch.Tensor, low: float, high: float
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's -min(r A, clip(r, 1 - low, 1 + high) A) per element, and where the clip bound."""
+    import torch
+
     unclipped = ratio * adv
     clipped = ratio.clamp(1.0 - low, 1.0 + high) * adv
     return -torch.minimum(unclipped, clipped), (clipped < unclipped).float()
@@ -82,11 +89,14 @@ def clipped_surrogate(
 
 def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """Schulman's k3 estimator of KL(pi || ref) per token: e^(ref - logp) - (ref - logp) - 1 >= 0."""
+    import torch
+
     d = ref_logp - logp
     return torch.exp(d) - d - 1.0
 
 
 def with_kl(loss: torch.Tensor, x: LossInputs, coef: float, metrics: dict[str, float]) -> torch.Tensor:
+
     if coef == 0.0 or x.ref_logp is None:
         return loss
     kl = token_mean(k3(x.logp, x.ref_logp), x.mask)

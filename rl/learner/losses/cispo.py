@@ -11,13 +11,14 @@ d loss / d logp = -2.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
 from pydantic import Field
 
-from rl.learner.advantages import group_relative
 from rl.learner.losses.base import LossBase, LossInputs, LossOutput, token_mean, with_kl
+
+if TYPE_CHECKING:
+    import torch
 
 
 class CISPO(LossBase):
@@ -33,9 +34,13 @@ class CISPO(LossBase):
     """The weight is at most 1 + clip_high."""
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        from rl.learner.advantages import group_relative
+
         return group_relative(rewards, groups, std=True)
 
     def compute(self, x: LossInputs) -> LossOutput:
+        import torch
+
         ratio = torch.exp(x.logp - x.old_logp).detach()
         weight = ratio.clamp(1.0 - self.clip_low, 1.0 + self.clip_high)
         per_token = -weight * x.weights * x.advantages[:, None] * x.logp

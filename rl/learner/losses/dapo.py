@@ -15,13 +15,14 @@ the pessimistic, unclipped term).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
 from pydantic import Field
 
-from rl.learner.advantages import group_relative
 from rl.learner.losses.base import LossBase, LossInputs, LossOutput, clipped_surrogate, token_mean, with_kl
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DAPO(LossBase):
@@ -41,6 +42,8 @@ class DAPO(LossBase):
     """Width of the soft penalty ramp before `max_tokens`; 0: no overlong penalty."""
 
     def overlong(self, lengths: torch.Tensor) -> torch.Tensor:
+        import torch
+
         if self.overlong_cache == 0:
             return torch.zeros_like(lengths, dtype=torch.float32)
         start = self.max_tokens - self.overlong_cache
@@ -48,9 +51,13 @@ class DAPO(LossBase):
         return torch.where(lengths <= start, 0.0, torch.where(lengths <= self.max_tokens, ramp, -1.0))
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        from rl.learner.advantages import group_relative
+
         return group_relative(rewards + self.overlong(lengths).to(rewards.dtype), groups, std=True)
 
     def compute(self, x: LossInputs) -> LossOutput:
+        import torch
+
         ratio = torch.exp(x.logp - x.old_logp)
         per_token, clipped = clipped_surrogate(ratio, x.advantages[:, None], self.clip_low, self.clip_high)
         metrics = {"clip_frac": float(token_mean(clipped, x.mask))}

@@ -12,13 +12,14 @@ Hand check: B = 2, max_tokens = 4, sample 0 has 2 tokens with A = 1, sample
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
 from pydantic import Field
 
-from rl.learner.advantages import group_relative, leave_one_out
 from rl.learner.losses.base import LossBase, LossInputs, LossOutput, clipped_surrogate, token_mean, with_kl
+
+if TYPE_CHECKING:
+    import torch
 
 
 class DrGRPO(LossBase):
@@ -36,9 +37,13 @@ class DrGRPO(LossBase):
     """RLOO advantages instead of r - group mean."""
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        from rl.learner.advantages import group_relative, leave_one_out
+
         return leave_one_out(rewards, groups) if self.leave_one_out else group_relative(rewards, groups, std=False)
 
     def compute(self, x: LossInputs) -> LossOutput:
+        import torch
+
         ratio = torch.exp(x.logp - x.old_logp)
         per_token, clipped = clipped_surrogate(ratio, x.advantages[:, None], self.clip, self.clip)
         loss = (per_token * x.weights * x.mask).sum() / (x.mask.shape[0] * self.max_tokens)

@@ -10,13 +10,14 @@ the gradient of each token's logp is -1/2 (the token mean).
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
 from pydantic import Field
 
-from rl.learner.advantages import group_relative, leave_one_out
 from rl.learner.losses.base import LossBase, LossInputs, LossOutput, clipped_surrogate, sample_mean, with_kl
+
+if TYPE_CHECKING:
+    import torch
 
 
 class GRPO(LossBase):
@@ -32,9 +33,13 @@ class GRPO(LossBase):
     """RLOO advantages (r_i - mean of the others) instead of group mean and std."""
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        from rl.learner.advantages import group_relative, leave_one_out
+
         return leave_one_out(rewards, groups) if self.leave_one_out else group_relative(rewards, groups, std=True)
 
     def compute(self, x: LossInputs) -> LossOutput:
+        import torch
+
         ratio = torch.exp(x.logp - x.old_logp)
         per_token, clipped = clipped_surrogate(ratio, x.advantages[:, None], self.clip, self.clip)
         metrics = {"clip_frac": float(sample_mean(clipped, x.mask))}

@@ -11,13 +11,14 @@ contributes -1.0004.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import TYPE_CHECKING, ClassVar, Literal
 
-import torch
 from pydantic import Field
 
-from rl.learner.advantages import group_relative
 from rl.learner.losses.base import LossBase, LossInputs, LossOutput, clipped_surrogate, with_kl
+
+if TYPE_CHECKING:
+    import torch
 
 
 class GSPO(LossBase):
@@ -33,9 +34,13 @@ class GSPO(LossBase):
     """Upper clip range of the sequence ratio."""
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        from rl.learner.advantages import group_relative
+
         return group_relative(rewards, groups, std=True)
 
     def compute(self, x: LossInputs) -> LossOutput:
+        import torch
+
         n = x.mask.sum(-1).clamp(min=1.0)
         # the correction weights enter the sequence ratio as their geometric mean too
         log_w = torch.log(x.weights.clamp(min=1e-12)) * x.mask

@@ -9,11 +9,12 @@ probability 0.5 each: loss = ln 2 = 0.693.
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
-
-import torch
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 from rl.learner.losses.base import LossBase, LossInputs, LossOutput, token_mean
+
+if TYPE_CHECKING:
+    import torch
 
 
 class SFT(LossBase):
@@ -28,7 +29,10 @@ class SFT(LossBase):
     tasks' references is not built yet)."""
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        import torch
+
         return torch.ones_like(rewards)
 
     def compute(self, x: LossInputs) -> LossOutput:
+
         return LossOutput(token_mean(-x.logp, x.mask), {})
