@@ -51,6 +51,14 @@ class Watch:
         self.cg = cg_dir
         self.limits = limits
         self.base = self._counters()
+        self.disk_base = {}
+        """Blocks and inodes in use on each writable path when the run starts."""
+        for p in self.disk_paths((WORK, "/tmp")):
+            try:
+                st = os.statvfs(p)
+            except OSError:
+                continue
+            self.disk_base[p] = (st.f_blocks - st.f_bfree, st.f_files - st.f_ffree)
 
     def _read(self, name):
         try:
@@ -100,7 +108,12 @@ class Watch:
                 st = os.statvfs(p)
             except OSError:
                 continue
-            if st.f_bavail == 0 or st.f_favail == 0 or (cap and (st.f_blocks - st.f_bfree) * st.f_frsize >= cap):
+            used = (st.f_blocks - st.f_bfree, st.f_files - st.f_ffree)
+            # a process that found the disk already full (an earlier run filled
+            # it) did not hit the limit: only one that used more space did
+            if p in self.disk_base and used[0] <= self.disk_base[p][0] and used[1] <= self.disk_base[p][1]:
+                continue
+            if st.f_bavail == 0 or st.f_favail == 0 or (cap and used[0] * st.f_frsize >= cap):
                 return "disk"
         return None
 

@@ -164,7 +164,8 @@ def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: 
     kills = 0
     try:
         for point in sorted(rng.sample(range(1, steps - 1), 3)):  # after these steps, at a random instant
-            wait_for(lambda p=point: _state(killed).get("step", 0) >= p, 300, f"step {point}")
+            # the step reached, by a live process (the state of a killed one may show it already)
+            wait_for(lambda p=point: _state(killed).get("step", 0) >= p and _learner_pid(killed), 300, f"step {point}")
             time.sleep(rng.uniform(0.0, 0.8))
             pid = _learner_pid(killed)
             assert pid is not None and not _state(killed).get("done"), "the learner finished before its kills"
@@ -172,6 +173,7 @@ def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: 
             kills += 1
             wait_for(lambda: _learner_pid(killed) is None, 30, "the learner to die")
             sarl("resume", str(killed), cwd=killed.parents[1])
+            wait_for(lambda k=kills: len(_state(killed).get("starts", [])) == k + 1, 120, "the resumed learner")
         assert kills == 3
         wait_for(lambda: _state(killed).get("done"), 600, "the resumed learner")
         a, b = _weights(straight, steps), _weights(killed, steps)
