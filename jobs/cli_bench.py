@@ -45,6 +45,12 @@ def add_commands(sub: Any) -> None:
     )
     b.add_argument("--groups", type=int, nargs=2, metavar=("C1", "C8"), help="groups of 4 to play at each concurrency")
     b.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default: 96 quick, 160)")
+    b = bench(
+        "learner",
+        "training tokens/s of the DeepSpeed learner vs a plain PyTorch loop on SmolLM2-135M; peak memory",
+        "4 samples of 128 tokens, 2 timed steps",
+    )
+    b.add_argument("--dtype", choices=["bfloat16", "float32"], default="float32")
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
     b.add_argument("--tasks", type=int, default=1000)
     b.add_argument("--partition", default=None)

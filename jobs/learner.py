@@ -6,18 +6,21 @@ step's figures; the truth of how far it got is its newest complete
 checkpoint, which holds the cursor. On USR2 it saves the last completed
 step at once, then requeues.
 
-TensorBoard (`RUN/tb/learner/`, step: learner step): loss, reward_mean,
-grad_norm, lr, mismatch_kl (behaviour vs trainer log-probs), masked_frac,
-clip_frac, staleness, dropped_stale, samples, tokens, wait_s, step_s,
-version.
+TensorBoard (`RUN/tb/learner/`, step: learner step): loss and its terms
+(policy_loss, kl_ref), entropy, mismatch_kl (behaviour vs trainer
+log-probs), ratio_mean, ratio_max, masked_frac, clip_frac, grad_norm, lr,
+tokens_per_s, step_s, wait_s, idle_ratio, staleness, staleness_hist,
+dropped_stale, reward_mean, reward_std, advantage_mean, advantage_abs,
+response_len, response_len_max, samples, tokens, version.
+
+Several ranks (`job.nodes` x `job.tasks_per_node`) each run this role;
+rank 0 alone commits the state and beats (rl.run.role).
 """
 
 from __future__ import annotations
 
 import logging
 from typing import Any
-
-import submitit
 
 from rl.config import Config, LearnerRole, RoleConfig
 from rl.run.role import Role
@@ -51,10 +54,7 @@ class Learner(Role):
         self.learner = Loop(self.run_dir, cfg, role_cfg, self.state.get("quarantined", {}), save=self.commit)
         return self.learner.run()
 
-    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+    def on_usr2(self) -> None:
         """USR2: save the last completed step first, then requeue."""
         if self.learner is not None:
             self.learner.on_signal()
-        delayed = super().checkpoint(*args, **kwargs)
-        self.learner = None  # not pickled into the requeued job
-        return delayed

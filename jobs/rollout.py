@@ -16,8 +16,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import submitit
-
 from rl.config import Config, RoleConfig, RolloutRole
 from rl.run.role import Role
 
@@ -56,10 +54,7 @@ class Rollout(Role):
         self.worker = Worker(self.run_dir, cfg, role_cfg, self.task, self.state, save=self.commit, beat=alive)
         return self.worker.run()
 
-    def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
+    def on_usr2(self) -> None:
         """USR2: commit the complete groups first, then save and requeue."""
         if self.worker is not None:
             self.worker.flush()
-        delayed = super().checkpoint(*args, **kwargs)
-        self.worker = None  # not pickled into the requeued job
-        return delayed

@@ -112,6 +112,11 @@ class Config(Section):
                     f"{name}.job.nodes = {role.job.nodes} needs executor.type = 'slurm'; "
                     "the local executor has one node"
                 )
+            if name != "learner" and (role.job.nodes > 1 or role.job.tasks_per_node > 1):
+                raise ValueError(
+                    f"{name}.job: nodes = {role.job.nodes}, tasks_per_node = {role.job.tasks_per_node}: only the "
+                    "learner runs several processes per task; scale other roles with `tasks`"
+                )
             if name == "rollout" and self.generator is None:
                 raise ValueError("rollout: rollout workers need generators: add a [generator] section")
             if isinstance(self.executor, SlurmExecutor) and self.executor.signal_delay_s >= 60 * role.job.time_min:
@@ -122,12 +127,22 @@ class Config(Section):
                 )
         if self.rollout is not None:
             self._check_modes(self.rollout)
-        if self.learner is not None and self.run.mode == "sync" and self.learner.publish_every != 1:
+        if self.learner is not None:
+            self._check_learner(self.learner)
+        return self
+
+    def _check_learner(self, lc: LearnerRole) -> None:
+        ranks = lc.job.nodes * lc.job.tasks_per_node
+        if lc.micro_batch_tokens is None and lc.micro_batches % ranks:
             raise ValueError(
-                f"learner.publish_every = {self.learner.publish_every}: run.mode = 'sync' trains step N + 1 "
+                f"learner.micro_batches = {lc.micro_batches} is not a multiple of the {ranks} ranks "
+                "(job.nodes x job.tasks_per_node): each rank takes the same number of micro-batches"
+            )
+        if self.run.mode == "sync" and lc.publish_every != 1:
+            raise ValueError(
+                f"learner.publish_every = {lc.publish_every}: run.mode = 'sync' trains step N + 1 "
                 "on samples of version N, so every step must be published"
             )
-        return self
 
     def _check_modes(self, r: RolloutRole) -> None:
         """Staleness settings that cannot hold under the run's mode."""
@@ -316,6 +331,14 @@ def validate_config(
             where = f"{source}: rollout.tasks_file" + (f"[{i}]" if len(files) > 1 else "")
             files[i] = _resolve_file(f, base, where)
         _check_tasks(files, f"{source}: rollout.tasks_file")
+    loss = cfg.learner.loss if cfg.learner is not None else None
+    if loss is not None and loss.type == "sft" and loss.tasks_file is not None:
+        loss.tasks_file = _resolve_file(loss.tasks_file, base, f"{source}: learner.loss.tasks_file")
+        _check_tasks([loss.tasks_file], f"{source}: learner.loss.tasks_file")
+        from rl.tasks.format import read_tasks
+
+        if not any(t.reference.strip() for t in read_tasks(loss.tasks_file)):
+            raise ConfigError(f"{source}: learner.loss.tasks_file: {loss.tasks_file} has no task with a reference")
     return cfg
 
 

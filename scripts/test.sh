@@ -11,7 +11,7 @@ fi
 scripts/slurm-up.sh
 # DeepSpeed compiles its CPU communication op at the first learner start
 # (about a minute here); build it once, so that no test's timing includes it
-.venv/bin/python -c "from rl.learner.trainer import build_ops; build_ops()"
+.venv/bin/python -c "from rl.learner.dist import build_ops; build_ops()"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy

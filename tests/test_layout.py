@@ -244,7 +244,8 @@ def test_json_output_is_one_document_even_when_libraries_print(workdir: Path) ->
 def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
     """Each JSON command, run for real; the costly benchmarks are run by
     their own tests (test_store, test_sandbox, test_verify, test_generate,
-    test_slurm, test_rollout, test_rollout_queue), which parse stdout the same way: `json.loads(stdout)`."""
+    test_slurm, test_rollout, test_rollout_queue, test_learner), which parse
+    stdout the same way: `json.loads(stdout)`."""
     run = workdir / "runs" / "j"
     (run / "store.zarr").mkdir(parents=True)
     (run / "run.toml").write_text('[run]\nname = "j"\nroot = ".."\n[executor]\ntype = "local"\n[smoke]\n')
@@ -267,6 +268,7 @@ def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
         "bench generate",
         "bench submit",
         "bench rollout",
+        "bench learner",
         "tasks quarantined",
         "generate",
         "tasks report",

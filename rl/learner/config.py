@@ -65,10 +65,17 @@ class LearnerRole(RoleConfig):
     """AdamW, warmup, schedule, clipping."""
     samples_per_step: int = Field(8, ge=1)
     """Samples a step trains on at least (whole batches, so whole groups)."""
+    tokens_per_step: int | None = Field(None, ge=1)
+    """When set, a step takes whole batches until it has this many trained
+    (sampled) tokens, instead of `samples_per_step` samples."""
     micro_batches: int = Field(1, ge=1, le=1024)
     """Gradient accumulation: a step's samples are split into this many
     micro-batches of about equal tokens; the loss is normalised over the
     whole step, so the split does not change it."""
+    micro_batch_tokens: int | None = Field(None, ge=1)
+    """Instead of `micro_batches`: pack each micro-batch up to this many
+    padded tokens (longest sample x samples), so memory stays bounded
+    whatever the lengths; a step takes as many as its samples need."""
     max_staleness: int | None = Field(None, ge=0)
     """Drop (and count) samples whose version is more than this behind the
     version being trained; None: keep all."""
@@ -92,6 +99,11 @@ class LearnerRole(RoleConfig):
 
     @model_validator(mode="after")
     def _check(self) -> LearnerRole:
+        if self.micro_batch_tokens is not None and self.micro_batches != 1:
+            raise ValueError(
+                f"micro_batches = {self.micro_batches} and micro_batch_tokens = {self.micro_batch_tokens}: "
+                "choose one way to split a step"
+            )
         if self.micro_batches > self.samples_per_step:
             raise ValueError(
                 f"micro_batches = {self.micro_batches} is more than samples_per_step = {self.samples_per_step}"

@@ -32,6 +32,10 @@ class Corrected:
     mismatch_kl: float
     masked_frac: float
     """Share of the trained tokens the band removed."""
+    ratio_mean: float
+    """Token mean of the ratio trainer / generator, before the cap."""
+    ratio_max: float
+    """Its largest value on a trained token."""
 
 
 def correct(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, cfg: Correction) -> Corrected:
@@ -47,4 +51,6 @@ def correct(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Te
         g = torch.exp(log_r.sum(-1) / mask.sum(-1).clamp(min=1.0))
         keep = ((g >= cfg.band_low) & (g <= cfg.band_high)).float()[:, None].expand_as(mask)
     new_mask = mask * keep
-    return Corrected(weights * keep, new_mask, mismatch, float(1.0 - new_mask.sum() / n))
+    ratio_mean = float((r * mask).sum() / n)
+    ratio_max = float((r * mask).max()) if mask.any() else 0.0
+    return Corrected(weights * keep, new_mask, mismatch, float(1.0 - new_mask.sum() / n), ratio_mean, ratio_max)

@@ -33,9 +33,11 @@ import numpy as np
 import torch
 
 from rl.config import Config
+from rl.learner import dist
 from rl.learner.checkpoints import LearnerCheckpoints
 from rl.learner.config import LearnerRole
-from rl.learner.data import take_step
+from rl.learner.data import StepData, take_step
+from rl.learner.references import References
 from rl.store import Cursor, Store
 
 log = logging.getLogger("sarl.learner")
@@ -74,21 +76,23 @@ class Learner:
         self.applying = False
         self.stopping = False
         self.trainer: Any = None
+        self.references: References | None = None
+        self.lead = True
+        """Rank 0: the one that reads and writes the store and the run directory."""
 
     def run(self) -> dict[str, Any]:
         from rl.learner.trainer import Trainer
         from rl.model import checkpoint
 
-        self.trainer = Trainer(str(checkpoint(self.cfg.model)), self.lc)
+        model_path = checkpoint(self.cfg.model)
+        self.trainer = Trainer(str(model_path), self.lc)
+        self.lead = dist.rank() == 0
+        self.references = self._references(model_path)
         self._resume()
-        tb = self._tb()
-        sync = self.cfg.run.mode == "sync"
+        tb = self._tb() if self.lead else None
         while self.step < self.lc.steps and not self.stopping:
             t0 = time.monotonic()
-            data = take_step(
-                self.store, self.cursor, self.lc.samples_per_step, self.step, self.lc.max_staleness, sync,
-                self.lc.poll_s, lambda: self.stopping,
-            )  # fmt: skip
+            data = self._next_data()
             if data is None:
                 break
             t1 = time.monotonic()
@@ -108,9 +112,13 @@ class Learner:
                 self.cursor.add(key)
             self.history.append([self.step, [f"{w}/{s}" for w, s in data.keys]])
             self.applying = False
-            metrics.update(wait_s=t1 - t0, step_s=time.monotonic() - t1, dropped_stale=data.dropped_stale)
-            metrics["staleness"] = float(np.mean([self.step - 1 - v for v in data.versions])) if data.versions else 0.0
-            self._after_step(metrics, tb)
+            step_s = time.monotonic() - t1
+            metrics.update(wait_s=t1 - t0, step_s=step_s, dropped_stale=data.dropped_stale)
+            metrics["tokens_per_s"] = metrics["tokens"] / max(step_s, 1e-9)
+            metrics["idle_ratio"] = (t1 - t0) / max(time.monotonic() - t0, 1e-9)
+            staleness = [self.step - 1 - v for v in data.versions]
+            metrics["staleness"] = float(np.mean(staleness)) if staleness else 0.0
+            self._after_step(metrics, tb, [self.step - 1 - s.policy_version for s in samples])
         if self.saved_step != self.step:
             self.save_checkpoint()
         if tb is not None:
@@ -118,8 +126,33 @@ class Learner:
         return {"step": self.step, "batches": len(self.cursor), "quarantined": len(self.quarantined)}
 
     # ------------------------------------------------------------ the parts
+    def _references(self, model_path: Path) -> References | None:
+        loss = self.lc.loss
+        if loss.type != "sft" or loss.source != "references":
+            return None
+        from rl.agent.config import AgentConfig
+        from rl.model import load_tokenizer
+
+        agent = self.cfg.rollout.agent if self.cfg.rollout is not None else AgentConfig()
+        return References(loss.tasks_file, load_tokenizer(model_path), agent, self.cfg.run.seed)
+
+    def _next_data(self) -> StepData | None:
+        """Rank 0 reads the store; every rank trains on what it read. SFT on
+        references reads no store: a step's samples follow from the step."""
+        if self.references is not None:
+            return StepData(self.references.step(self.step, self.lc.samples_per_step), [])
+        data = None
+        if self.lead:
+            data = take_step(
+                self.store, self.cursor, self.lc.samples_per_step, self.lc.tokens_per_step, self.step,
+                self.lc.max_staleness,
+                self.cfg.run.mode == "sync", self.lc.poll_s, lambda: self.stopping,
+                lambda key, why: self._consume([key], why),
+            )  # fmt: skip
+        return dist.broadcast(data)
+
     def _resume(self) -> None:
-        latest = self.checkpoints.latest()
+        latest = dist.broadcast(self.checkpoints.latest() if self.lead else None)
         if latest is None:
             random.seed(self.cfg.run.seed)
             np.random.seed(self.cfg.run.seed % 2**32)
@@ -148,9 +181,9 @@ class Learner:
         log.warning("step %d not applied (%s): batches %s quarantined; rolling back", self.step + 1, why, keys)
         self._resume()
 
-    def _after_step(self, metrics: dict[str, float], tb: Any) -> None:
+    def _after_step(self, metrics: dict[str, float], tb: Any, staleness: list[int]) -> None:
         lc = self.lc
-        if self.step % lc.publish_every == 0 or self.step == lc.steps:
+        if self.lead and (self.step % lc.publish_every == 0 or self.step == lc.steps):
             self.store.weights.publish(self.trainer.state_dict(), version=self.step, dtype=self.cfg.model.dtype)
             if lc.keep_versions is not None:
                 self.store.weights.retain(lc.keep_versions)
@@ -161,23 +194,35 @@ class Learner:
         if tb is not None:
             for k, v in metrics.items():
                 tb.add_scalar(f"learner/{k}", v, self.step)
+            tb.add_histogram("learner/staleness_hist", np.asarray(staleness, dtype=np.float64), self.step)
             tb.add_scalar("learner/version", self.store.weights.latest() or 0, self.step)
             tb.flush()
 
     def save_checkpoint(self) -> None:
-        """Commit model, optimizer, scheduler, RNG, step and cursor together."""
+        """Commit model, optimizer, scheduler, RNG, step and cursor together.
+        With several ranks every rank writes DeepSpeed's files into the
+        folder rank 0 builds, and rank 0 commits it."""
         if self.trainer is None or self.applying or self.trainer.updating or self.saved_step == self.step:
             return
-        meta = {"rng": rng_state(), "history": self.history, "version": self.store.weights.latest() or 0}
-        self.checkpoints.save(self.step, self.cursor, meta, self.trainer.save, keep=self.lc.keep_checkpoints)
+        if self.lead:
+            meta = {"rng": rng_state(), "history": self.history, "version": self.store.weights.latest() or 0}
+            meta["ranks"] = dist.world()
+            save = lambda folder: self.trainer.save(dist.broadcast(folder))  # noqa: E731
+            self.checkpoints.save(self.step, self.cursor, meta, save, keep=self.lc.keep_checkpoints)
+        else:
+            self.trainer.save(dist.broadcast(None))
         self.saved_step = self.step
 
     def on_signal(self) -> None:
         """USR2 (preemption, time limit): save the last completed step now.
         Weights only change inside the step's last optimizer call, which is
-        marked, so a save here is never of a half-applied step."""
+        marked, so a save here is never of a half-applied step. With several
+        ranks a save is a collective, which a signal handler on rank 0 alone
+        cannot start: the requeued learner resumes from the last periodic
+        checkpoint, and redoes the steps after it (their batches once)."""
         self.stopping = True
-        self.save_checkpoint()
+        if dist.world() == 1:
+            self.save_checkpoint()
 
     def _tb(self) -> Any:
         try:

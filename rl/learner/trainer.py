@@ -1,27 +1,23 @@
 """The policy under DeepSpeed: forward to per-token log-probs, one
 optimizer step over a step's micro-batches, checkpoints, the state dict.
 
-DeepSpeed runs on torch.distributed: gloo here (one rank on CPU), NCCL on
-a GPU cluster. The optimizer is a torch AdamW object, so that DeepSpeed
+DeepSpeed runs on torch.distributed (rl.learner.dist): gloo on CPU, NCCL
+on GPUs. With several ranks (data parallel), each rank takes its share of
+a step's micro-batches, and DeepSpeed averages their gradients. The optimizer is a torch AdamW object, so that DeepSpeed
 builds no fused CUDA op on CPU. DeepSpeed does not restore RNG state: the
 learner saves it beside DeepSpeed's files (rl.learner.loop).
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import os
-import socket
-import sys
-import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from rl.learner import dist
 from rl.learner.config import LearnerRole
 from rl.learner.correction import correct
 from rl.learner.data import micro_batches
@@ -32,41 +28,6 @@ log = logging.getLogger("sarl.learner")
 
 TAG = "ds"
 """DeepSpeed's checkpoint tag inside each learner checkpoint folder."""
-
-
-def build_ops() -> None:
-    """Build (or find built) the C++ op DeepSpeed's CPU communication loads
-    at init. torch waits forever on the lock of a build that was killed
-    (a SIGKILLed learner mid-build): a lock older than 10 minutes, when no
-    build takes that long, is removed first."""
-    from deepspeed.comm.torch import build_shm_op
-    from torch.utils.cpp_extension import _get_build_directory
-
-    root = Path(_get_build_directory("x", verbose=False)).parent
-    for lock in root.glob("*/lock"):
-        if time.time() - lock.stat().st_mtime > 600:
-            log.warning("removing a stale build lock %s", lock)
-            lock.unlink(missing_ok=True)
-    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed prints its build on stdout
-        build_shm_op()
-
-
-def init_distributed() -> None:
-    """One process group per learner process. Under Slurm with several
-    ranks the launcher's environment (MASTER_ADDR, RANK, WORLD_SIZE) is
-    used; alone, a free local port."""
-    import deepspeed
-
-    if torch.distributed.is_initialized():
-        return
-    if "MASTER_ADDR" not in os.environ:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(s.getsockname()[1]))
-        os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1")
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    build_ops()
-    deepspeed.init_distributed(dist_backend=backend, verbose=False)
 
 
 def _schedule(lc: LearnerRole) -> Any:
@@ -90,17 +51,25 @@ class Trainer:
 
         if lc.threads:
             torch.set_num_threads(lc.threads)
-        init_distributed()
+        dist.init_distributed()
         self.lc = lc
+        self.rank, self.world = dist.rank(), dist.world()
         self.updating = False
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
         model.config.use_cache = False
+        self.reference: Any = None
+        if lc.loss.kl_coef > 0:  # the base model, frozen: what the KL term pulls towards
+            self.reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
+            self.reference.requires_grad_(False)
         o = lc.optimizer
         opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(lc))
         ds_config = {
             "train_micro_batch_size_per_gpu": 1,
-            "gradient_accumulation_steps": lc.micro_batches,
+            # the learner owns accumulation: a step has as many micro-batches
+            # as its samples need, and step() is the boundary (the all-reduce)
+            "gradient_accumulation_steps": 1,
+            "managed_gradient_accumulation": False,
             "gradient_clipping": o.grad_clip,
             "zero_optimization": {"stage": lc.zero_stage},
             "bf16": {"enabled": lc.bf16},
@@ -109,10 +78,13 @@ class Trainer:
         self.engine, _, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=opt, lr_scheduler=sched, config=ds_config
         )
+        if self.reference is not None:
+            self.reference.to(self.engine.device)
 
     # --------------------------------------------------------------- forward
     def _forward(self, samples: list[Sample]) -> dict[str, torch.Tensor]:
-        """Per-token log-probs of each sample's tokens 1..T-1 given those before."""
+        """Per-token log-probs (and entropies) of each sample's tokens 1..T-1
+        given those before."""
         n = max(len(s.tokens) for s in samples)
         ids = torch.zeros(len(samples), n, dtype=torch.long)
         attn = torch.zeros(len(samples), n, dtype=torch.long)
@@ -124,27 +96,53 @@ class Trainer:
             attn[i, :k] = 1
             mask[i, :k] = torch.from_numpy(np.array(s.loss_mask, dtype=np.float32))
             behaviour[i, :k] = torch.from_numpy(np.array(s.logprobs, dtype=np.float32))
+        dev = self.engine.device
+        ids, attn, mask, behaviour = ids.to(dev), attn.to(dev), mask.to(dev), behaviour.to(dev)
         logits = self.engine(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-        return {"logp": logp, "mask": mask[:, 1:], "behaviour": behaviour[:, 1:]}
+        all_logp = torch.log_softmax(logits, dim=-1)
+        logp = all_logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
+        trained = mask[:, 1:] > 0
+        with torch.no_grad():  # the policy's entropy where it sampled (the prompt's would cost as much again)
+            rows = all_logp[trained]
+            entropy = -(rows.exp() * rows).sum(-1).sum()
+        out = {"logp": logp, "mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "entropy_sum": entropy}
+        if self.reference is not None:
+            with torch.no_grad():
+                ref = torch.log_softmax(self.reference(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), -1)
+            out["ref_logp"] = ref.gather(-1, ids[:, 1:, None]).squeeze(-1)
+        return out
 
     # ------------------------------------------------------------------ step
     def step(self, samples: list[Sample]) -> dict[str, float] | None:
-        """One optimizer step over `samples`; None (nothing applied) when the
-        loss or the gradient is not finite."""
+        """One optimizer step over `samples` (every rank is given the same);
+        None (nothing applied) when the loss or the gradient is not finite.
+
+        Each micro-batch's loss is weighted by its share of the step's
+        samples (or tokens, as the loss averages), so the step's gradient is
+        that of all its samples at once, however they are split over
+        micro-batches and ranks."""
         loss_cfg = self.lc.loss
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
         groups = torch.tensor([s.group_id for s in samples])
         lengths = torch.tensor([int(np.asarray(s.loss_mask).sum()) for s in samples])
         adv = loss_cfg.advantages(rewards, groups, lengths).float()
         index = {id(s): i for i, s in enumerate(samples)}
-        parts = micro_batches(samples, self.lc.micro_batches)
+        parts = micro_batches(samples, self.lc.micro_batches, self.lc.micro_batch_tokens)
+        parts += [[] for _ in range(-len(parts) % self.world)]  # each rank the same number of passes
+        mine = parts[self.rank :: self.world]
         unit = loss_cfg.unit
         total = float(lengths.sum()) if unit == "tokens" else float(len(samples))
-        k = len(parts)
-        metrics: dict[str, float] = {"loss": 0.0, "mismatch_kl": 0.0, "masked_frac": 0.0, "clip_frac": 0.0}
-        finite = True
-        for j, part in enumerate(parts):
+        sums: dict[str, float] = {}  # token-weighted sums of this rank's per-token figures
+
+        def add(name: str, value: float) -> None:
+            sums[name] = sums.get(name, 0.0) + value
+
+        finite, ratio_max = True, 0.0
+        for part in mine:
+            # a rank with fewer samples than micro-batches still takes every
+            # micro-step (its collectives), with a pass of weight 0
+            weight = 1.0 if part else 0.0
+            part = part or samples[:1]
             f = self._forward(part)
             corr = correct(f["logp"].detach(), f["behaviour"], f["mask"], self.lc.correction)
             x = LossInputs(
@@ -152,39 +150,54 @@ class Trainer:
                 old_logp=f["logp"].detach(),
                 behaviour_logp=f["behaviour"],
                 mask=corr.mask,
-                advantages=adv[[index[id(s)] for s in part]],
+                advantages=adv[[index[id(s)] for s in part]].to(self.engine.device),
                 weights=corr.weights,
+                ref_logp=f.get("ref_logp"),
             )
             out = loss_cfg.compute(x)
             size = float(f["mask"].sum()) if unit == "tokens" else float(len(part))
-            share = size / max(total, 1e-9)
+            share = weight * size / max(total, 1e-9)
+            tokens = weight * float(f["mask"].sum())
             finite = finite and bool(torch.isfinite(out.loss))
-            metrics["loss"] += float(out.loss.detach()) * share
-            metrics["mismatch_kl"] += corr.mismatch_kl * share
-            metrics["masked_frac"] += corr.masked_frac * share
-            metrics["clip_frac"] += out.metrics.get("clip_frac", 0.0) * share
-            # DeepSpeed divides by the accumulation steps; the share makes the
-            # step's loss the loss of all its samples at once
-            self.engine.backward(out.loss * share * k)
-            if j < k - 1:
-                self.engine.step()  # not a boundary: only counts the micro-step
-        grads = [p.grad for p in self.engine.module.parameters() if p.grad is not None]
-        # ZeRO 0 keeps whole gradients on the parameters; under 1-2 they are
-        # partitioned away and only the loss is checked here
-        norms = [torch.linalg.vector_norm(g) for g in grads]
-        norm = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
-        if not (finite and math.isfinite(norm)):
+            add("loss", float(out.loss.detach()) * share)
+            for name, value in out.metrics.items():
+                add(name, value * share)
+            add("mismatch_kl", corr.mismatch_kl * tokens)
+            add("masked_frac", corr.masked_frac * tokens)
+            add("ratio_mean", corr.ratio_mean * tokens)
+            add("entropy", weight * float(f["entropy_sum"]))
+            ratio_max = max(ratio_max, corr.ratio_max * weight)
+            # the all-reduce averages over ranks: x world makes it the sum of shares
+            self.engine.backward(out.loss * share * self.world, scale_wrt_gas=False)
+        names = sorted(sums)
+        # this rank's gradient, before the all-reduce in step(): a NaN on any rank is caught on every rank
+        norms = [torch.linalg.vector_norm(p.grad) for p in self.engine.module.parameters() if p.grad is not None]
+        local = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
+        *totals, bad = dist.all_sum([sums[n] for n in names] + [float(not (finite and math.isfinite(local)))])
+        summed = dict(zip(names, totals, strict=True))
+        if bad:
             self.engine.zero_grad()
-            self.engine.micro_steps -= k - 1  # the boundary step is not taken
             return None
         self.updating = True  # the weights and the optimizer change now
         self.engine.step()
         self.updating = False
-        metrics["grad_norm"] = norm
-        metrics["lr"] = float(self.scheduler.get_last_lr()[0])
-        metrics["samples"] = float(len(samples))
-        metrics["tokens"] = float(lengths.sum())
-        metrics["reward_mean"] = float(rewards.mean())
+        n_tok = max(float(lengths.sum()), 1.0)
+        per_token = ("mismatch_kl", "masked_frac", "ratio_mean", "entropy")
+        metrics = {n: summed[n] / n_tok if n in per_token else summed[n] for n in names}
+        metrics["ratio_max"] = dist.all_max(ratio_max)
+        norm = self.engine.get_global_grad_norm()  # of the all-reduced gradient, before clipping
+        metrics.update(
+            grad_norm=float(norm) if norm is not None else local,
+            lr=float(self.scheduler.get_last_lr()[0]),
+            samples=float(len(samples)),
+            tokens=float(lengths.sum()),
+            reward_mean=float(rewards.mean()),
+            reward_std=float(rewards.std(unbiased=False)),
+            advantage_mean=float(adv.mean()),
+            advantage_abs=float(adv.abs().mean()),
+            response_len=float(lengths.float().mean()),
+            response_len_max=float(lengths.max()),
+        )
         return metrics
 
     # ----------------------------------------------------------- persistence

@@ -71,6 +71,9 @@ class JobResources(Section):
     requeues itself."""
     nodes: int = Field(1, ge=1, json_schema_extra=SAFE)
     """Nodes per task (multi-node only for the learner)."""
+    tasks_per_node: int = Field(1, ge=1, le=1024, json_schema_extra=SAFE)
+    """Processes per node of one task (`--ntasks-per-node`): the learner's
+    torch.distributed ranks are `nodes` x `tasks_per_node`. Other roles: 1."""
     cpus_per_task: int = Field(1, ge=1, json_schema_extra=SAFE)
     """CPU cores per task."""
     gpus_per_task: int = Field(0, ge=0, json_schema_extra=SAFE)

@@ -75,7 +75,7 @@ class DetachedLocalExecutor(submitit.LocalExecutor):
     def _submit_command(self, command: str) -> LocalJob[Any]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
         env.update(
-            SUBMITIT_LOCAL_NTASKS="1",
+            SUBMITIT_LOCAL_NTASKS=str(self.parameters.get("tasks_per_node", 1)),
             SUBMITIT_LOCAL_COMMAND=command,
             SUBMITIT_LOCAL_TIMEOUT_S=str(int(60 * self.parameters.get("timeout_min", 60))),
             SUBMITIT_LOCAL_SIGNAL_DELAY_S=str(int(self.parameters.get("signal_delay_s", 30))),
@@ -146,7 +146,7 @@ def make_executor(cfg: Config, role: str, role_cfg: RoleConfig, folder: Path) ->
             job_name=f"sarl-{cfg.run.name}-{role}",
             time=job.time_min,
             nodes=job.nodes,
-            ntasks_per_node=1,
+            ntasks_per_node=job.tasks_per_node,
             cpus_per_task=job.cpus_per_task,
             mem=f"{int(job.mem_gb * 1024)}M",
             signal_delay_s=ex.signal_delay_s,
@@ -162,7 +162,7 @@ def make_executor(cfg: Config, role: str, role_cfg: RoleConfig, folder: Path) ->
         slurm.update_parameters(**params)
         return slurm
     local = DetachedLocalExecutor(folder=folder, max_num_timeout=1000)
-    local.update_parameters(timeout_min=job.time_min, signal_delay_s=30)
+    local.update_parameters(timeout_min=job.time_min, signal_delay_s=30, tasks_per_node=job.tasks_per_node)
     return local
 
 

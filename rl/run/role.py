@@ -37,9 +37,20 @@ def current_job_id() -> str:
         return f"pid-{os.getpid()}"
 
 
+def current_rank() -> int:
+    """This process's rank among the processes of its task (0 when alone)."""
+    try:
+        return int(submitit.JobEnvironment().global_rank)
+    except RuntimeError:
+        return 0
+
+
 class Role(submitit.helpers.Checkpointable):
     """Base of the roles. Subclasses implement `run(task)` and commit progress
-    with `commit(**changes)`; `self.state` is the last committed state."""
+    with `commit(**changes)`; `self.state` is the last committed state.
+
+    A task of several processes (the learner's ranks) has one state: rank 0
+    commits it and beats; the other ranks keep theirs in memory only."""
 
     name: str = "role"
 
@@ -47,10 +58,12 @@ class Role(submitit.helpers.Checkpointable):
         self.run_dir = str(run_dir)
         self.state: dict[str, Any] = {}
         self.task = -1
+        self.rank = 0
 
     # ------------------------------------------------------------ lifecycle
     def __call__(self, task: int) -> dict[str, Any]:
         self.task = task
+        self.rank = current_rank()
         rd = RunDir(self.run_dir)
         cfg = rd.config()
         role_cfg = cfg.roles()[self.name]
@@ -70,10 +83,21 @@ class Role(submitit.helpers.Checkpointable):
             return result
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
-        """Called by submitit on USR2: save the state, then requeue this task."""
+        """Called by submitit on USR2: make the work durable (`on_usr2`),
+        save the state, then requeue this task."""
+        self.on_usr2()
         if self.task >= 0 and self.state:
             self.commit(checkpoints=self.state.get("checkpoints", 0) + 1)
         return super().checkpoint(*args, **kwargs)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What submitit pickles, at submission and into a requeue: the run
+        directory alone. Whatever a running role holds (a worker, a trainer)
+        is rebuilt from the run directory when the task starts again."""
+        return {"run_dir": self.run_dir}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["run_dir"])  # type: ignore[misc]
 
     # --------------------------------------------------------------- hooks
     def initial_state(self, role_cfg: RoleConfig) -> dict[str, Any]:
@@ -86,17 +110,25 @@ class Role(submitit.helpers.Checkpointable):
         """A short human-readable progress string, shown by `sarl status`."""
         return ""
 
+    def on_usr2(self) -> None:
+        """Preemption or time limit, from a signal handler: commit what the
+        role can (complete groups, the last step) before it is requeued."""
+
     # ---------------------------------------------------------------- state
     def commit(self, **changes: Any) -> None:
         """Atomically persist the state with `changes` applied, then beat."""
         # Assign before writing: a signal handler that runs between the two
         # then checkpoints the new state, never the one before it.
         self.state = {**self.state, **changes, "updated_at": time.time()}
+        if self.rank != 0:
+            return
         write_json(RunDir(self.run_dir).state_path(self.name, self.task), self.state)
         self.beat()
 
     def beat(self, **info: Any) -> None:
         """Record a sign of life: when, where, which job, how far."""
+        if self.rank != 0:
+            return
         rd = RunDir(self.run_dir)
         write_json(
             rd.heartbeat_path(self.name, self.task),
@@ -117,7 +149,7 @@ class Role(submitit.helpers.Checkpointable):
         locks while running (Slurm enforces `%N` itself). The lock dies with
         the process, so a killed task frees its slot."""
         limit = role_cfg.job.array_parallelism
-        if not isinstance(cfg.executor, LocalExecutor) or limit is None:
+        if not isinstance(cfg.executor, LocalExecutor) or limit is None or self.rank != 0:
             yield
             return
         folder = Path(self.run_dir) / "logs" / self.name / "slots"

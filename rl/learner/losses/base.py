@@ -14,6 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from pydantic import Field
+
 from rl.schema import Section
 
 if TYPE_CHECKING:
@@ -50,8 +52,9 @@ class LossBase(Section):
     unit: ClassVar[str] = "tokens"
     """`tokens` or `samples`: what the loss averages over."""
 
-    kl_coef: float = 0.0
-    """Weight of the k3 KL to the reference model (0: off, no reference model is loaded)."""
+    kl_coef: float = Field(0.0, ge=0)
+    """Weight of the k3 KL to the reference model, the base model frozen
+    (0: off, and no reference model is loaded)."""
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """[B] from the rewards, group ids and sampled-token counts of the samples."""
@@ -96,7 +99,9 @@ def k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 def with_kl(loss: torch.Tensor, x: LossInputs, coef: float, metrics: dict[str, float]) -> torch.Tensor:
+    """`loss` + coef x token mean of k3 to the reference; both terms go to `metrics`."""
 
+    metrics["policy_loss"] = float(loss.detach())
     if coef == 0.0 or x.ref_logp is None:
         return loss
     kl = token_mean(k3(x.logp, x.ref_logp), x.mask)

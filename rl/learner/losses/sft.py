@@ -3,13 +3,20 @@
     loss = - sum_it m_it logp_it / sum_it m_it
 
 `source = "passing"` trains on committed rollouts that passed
-(rejection-sampling fine-tuning); the learner drops the others. Hand check: two tokens of
-probability 0.5 each: loss = ln 2 = 0.693.
+(rejection-sampling fine-tuning); the learner drops the others.
+`source = "references"` trains on the tasks' reference solutions of
+`tasks_file`, each written as the agent's protocol wants a reply (the
+whole function in one python block), after the same prompt the rollouts
+see (rl.learner.references). Hand check: two tokens of probability 0.5
+each: loss = ln 2 = 0.693.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
+
+from pydantic import model_validator
 
 from rl.learner.losses.base import LossBase, LossInputs, LossOutput, token_mean
 
@@ -24,9 +31,20 @@ class SFT(LossBase):
     """Loss tag: `sft`."""
     unit: ClassVar[str] = "tokens"
     """What the loss averages over: a step of micro-batches is normalised by the same."""
-    source: Literal["passing"] = "passing"
-    """What to train on: committed rollouts that passed (training on the
-    tasks' references is not built yet)."""
+    source: Literal["passing", "references"] = "passing"
+    """What to train on: committed rollouts that passed, or the reference
+    solutions of `tasks_file`."""
+    tasks_file: Path | None = None
+    """Tasks whose references `source = "references"` trains on (JSONL, as
+    `sarl tasks validate` reads); relative to the config file."""
+
+    @model_validator(mode="after")
+    def _source(self) -> SFT:
+        if self.source == "references" and self.tasks_file is None:
+            raise ValueError("tasks_file: source = 'references' needs the task file whose references to train on")
+        if self.source == "passing" and self.tasks_file is not None:
+            raise ValueError("tasks_file: only source = 'references' reads a task file")
+        return self
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         import torch

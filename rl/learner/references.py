@@ -1,0 +1,74 @@
+"""SFT on the tasks' references: what a step trains on when `[learner.loss]
+type = "sft"`, `source = "references"`.
+
+Each task with a reference becomes one sample: the prompt an episode
+starts with (rl.agent.prompts), then the reply the protocol asks for (the
+whole function, in one python block) and the end of turn, the reply alone
+trained. Step s takes `samples_per_step` of them in an order that a seeded
+shuffle of each pass over the file fixes, so the data of a step follows
+from the run seed and the step alone: a resumed learner trains on what the
+interrupted one would have, with no cursor of its own.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import numpy as np
+
+from rl.agent.config import AgentConfig
+from rl.agent.prompts import first_messages
+from rl.model import chat_ids
+from rl.store import Sample
+from rl.tasks.format import Task, read_tasks
+
+
+def reference_reply(task: Task) -> str:
+    return "```python\n" + (task.prompt + task.reference).strip("\n") + "\n```"
+
+
+class References:
+    def __init__(self, path: Any, tokenizer: Any, agent: AgentConfig, seed: int, max_tokens: int = 2048):
+        self.tasks = [t for t in read_tasks(path) if t.reference.strip()]
+        if not self.tasks:
+            raise ValueError(f"{path}: no task has a reference to train on")
+        self.tokenizer, self.agent, self.seed, self.max_tokens = tokenizer, agent, seed, max_tokens
+        self._orders: dict[int, list[int]] = {}
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch not in self._orders:
+            order = list(range(len(self.tasks)))
+            random.Random(f"{self.seed}/sft/{epoch}").shuffle(order)
+            self._orders[epoch] = order
+        return self._orders[epoch]
+
+    def step(self, step: int, n: int) -> list[Sample]:
+        """The `n` samples of learner step `step` (0-based)."""
+        out = []
+        for i in range(step * n, (step + 1) * n):
+            epoch, k = divmod(i, len(self.tasks))
+            out.append(self.sample(self.tasks[self._order(epoch)[k]], i))
+        return out
+
+    def sample(self, task: Task, index: int) -> Sample:
+        messages = first_messages(task, self.agent)
+        prompt = chat_ids(self.tokenizer, messages)
+        whole = chat_ids(self.tokenizer, [*messages, {"role": "assistant", "content": reference_reply(task)}], False)
+        # the template renders the reply after the prompt's tokens; cut what it adds after the end of turn
+        reply = whole[len(prompt) :]
+        end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+        if isinstance(end, int) and end in reply:
+            reply = reply[: reply.index(end) + 1]
+        ids = (prompt + reply)[: self.max_tokens]
+        mask = ([0] * len(prompt) + [1] * len(reply))[: self.max_tokens]
+        return Sample(
+            task.task_id,
+            index,
+            0,
+            np.asarray(ids, dtype=np.int32),
+            np.asarray(mask, dtype=np.uint8),
+            np.zeros(len(ids), dtype=np.float32),
+            reward=1.0,
+            episode_id=f"reference/{index}",
+        )
