@@ -1,5 +1,6 @@
-"""`sarl tasks import | validate | report | quarantine | quarantined | schema`:
-task files, their validation, and a run's quarantine."""
+"""`sarl tasks import | generate | split | validate | report | quarantine |
+quarantined | schema`: task files, their generation, splits and validation,
+and a run's quarantine."""
 
 from __future__ import annotations
 
@@ -17,6 +18,20 @@ def add_commands(sub: Any) -> None:
     s.add_argument("source", choices=("humaneval",))
     s.add_argument("-o", "--output", type=Path, default=Path("humaneval.jsonl"))
     s.set_defaults(handler=import_tasks)
+    s = tsub.add_parser("generate", help="write generated tasks: small Python functions in 11 families, 3 levels")
+    s.add_argument("--family", default="all", help="a family, or all (default); `--family list` lists them")
+    s.add_argument("-n", type=int, default=100, help="tasks to write (round-robin over families and levels)")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--difficulty", type=int, choices=(1, 2, 3), help="only this level (default: all three)")
+    s.add_argument("-o", "--output", type=Path, default=Path("generated.jsonl"))
+    s.set_defaults(handler=generate)
+    s = tsub.add_parser("split", help="split a task file into train and held-out parts, deterministically")
+    s.add_argument("file", type=Path, metavar="TASKS.jsonl")
+    s.add_argument("--held-out", type=float, required=True, metavar="FRACTION")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--train", type=Path, help="default: TASKS.train.jsonl")
+    s.add_argument("--heldout", type=Path, help="default: TASKS.heldout.jsonl")
+    s.set_defaults(handler=split)
     s = tsub.add_parser("validate", help="check every task; write a report and a clean task file")
     s.add_argument("file", type=Path, metavar="TASKS.jsonl")
     s.add_argument("-o", "--output", type=Path, help="clean task file (default: TASKS.clean.jsonl)")
@@ -48,6 +63,35 @@ def import_tasks(args: argparse.Namespace) -> int:
     tasks = import_humaneval()
     write_tasks(args.output, tasks)
     print(f"wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
+    return 0
+
+
+def generate(args: argparse.Namespace) -> int:
+    from rl.tasks.families import FAMILIES
+    from rl.tasks.format import write_tasks
+    from rl.tasks.generate import generate as generate_tasks
+
+    if args.family == "list":
+        for f in FAMILIES.values():
+            print(f"{f.name:14} {f.what}")
+        return 0
+    tasks = generate_tasks(args.family, args.n, args.seed, args.difficulty)
+    write_tasks(args.output, tasks)
+    print(f"wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
+    return 0
+
+
+def split(args: argparse.Namespace) -> int:
+    from rl.tasks.format import read_tasks, write_tasks
+    from rl.tasks.generate import split as split_tasks
+
+    train, held = split_tasks(list(read_tasks(args.file)), args.held_out, args.seed)
+    stem = args.file.name.removesuffix(".gz").removesuffix(".jsonl")
+    train_path = args.train or args.file.with_name(stem + ".train.jsonl")
+    held_path = args.heldout or args.file.with_name(stem + ".heldout.jsonl")
+    write_tasks(train_path, train)
+    write_tasks(held_path, held)
+    print(f"{len(train)} tasks -> {train_path}; {len(held)} held out -> {held_path}", file=sys.stderr)
     return 0
 
 
