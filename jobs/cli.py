@@ -22,9 +22,10 @@ GROUPS = (
     "jobs.cli_config",  # config show, config schema
     "jobs.cli_store",  # store inspect
     "jobs.cli_sandbox",  # sandbox run
-    "jobs.cli_tasks",  # tasks import, validate, report, schema
+    "jobs.cli_tasks",  # tasks import, generate, split, validate, report, schema
     "jobs.cli_generate",  # generate
     "jobs.cli_verify",  # verify
+    "jobs.cli_eval",  # eval
     "jobs.cli_bench",  # bench store, sandbox, verify, generate, submit
 )
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from rl.engine.config import ModelConfig
 from rl.errors import ConfigError
+from rl.eval.config import EvalRole
 from rl.generator.config import GeneratorRole
 from rl.learner.config import LearnerRole
 from rl.rollout.config import RolloutRole
@@ -43,6 +44,7 @@ __all__ = [
     "RoleSpec",
     "SlurmExecutor",
     "GeneratorRole",
+    "EvalRole",
     "LearnerRole",
     "RolloutRole",
     "SmokeRole",
@@ -103,6 +105,8 @@ class Config(Section):
     """Rollout workers playing episodes against the generators; absent: not run."""
     learner: LearnerRole | None = role("jobs.learner:Learner")
     """The learner training on committed rollouts; absent: not run."""
+    eval: EvalRole | None = role("jobs.evaluate:Evaluate")
+    """Evaluation of published versions on held-out tasks; absent: not run."""
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
@@ -339,6 +343,10 @@ def validate_config(
 
         if not any(t.reference.strip() for t in read_tasks(loss.tasks_file)):
             raise ConfigError(f"{source}: learner.loss.tasks_file: {loss.tasks_file} has no task with a reference")
+    if cfg.eval is not None:
+        cfg.eval.tasks_file = _resolve_file(cfg.eval.tasks_file, base, f"{source}: eval.tasks_file")
+        _check_tasks([cfg.eval.tasks_file], f"{source}: eval.tasks_file")
+        _check_held_out(cfg, source)
     return cfg
 
 
@@ -347,6 +355,28 @@ def _resolve_file(path: Path, base: Path, where: str) -> Path:
     if not path.is_file():
         raise ConfigError(f"{where}: {path} does not exist")
     return path
+
+
+def _check_held_out(cfg: Config, source: str) -> None:
+    """A held-out task that the run trains on is not held out: the same id
+    or the same prompt in a training file is refused."""
+    from rl.tasks.format import read_tasks
+
+    assert cfg.eval is not None
+    train = list(cfg.rollout.tasks_file) if cfg.rollout is not None else []
+    loss = cfg.learner.loss if cfg.learner is not None else None
+    if loss is not None and loss.type == "sft" and loss.tasks_file is not None:
+        train.append(loss.tasks_file)
+    held = {t.task_id: t.prompt.strip() for t in read_tasks(cfg.eval.tasks_file)}
+    prompts = set(held.values())
+    for path in train:
+        for t in read_tasks(path):
+            if t.task_id in held or t.prompt.strip() in prompts:
+                raise ConfigError(
+                    f"{source}: eval.tasks_file: task {t.task_id!r} of {path} is also in the held-out file "
+                    f"{cfg.eval.tasks_file}: a held-out set must not overlap the training tasks "
+                    "(`sarl tasks split` makes disjoint ones)"
+                )
 
 
 def _check_tasks(paths: list[Path], where: str) -> None:

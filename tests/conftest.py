@@ -135,3 +135,26 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if new:
         print(f"\ntests left files in the repository {REPO}: {', '.join(new[:20])}", file=sys.stderr)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A small Llama with SmolLM2's tokenizer and architecture (2 layers of
+    width 64, random weights from a fixed seed): a real model, sized so that
+    a learner step takes a second here."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from rl.engine.config import ModelConfig
+    from rl.model import checkpoint, load_tokenizer
+
+    base = checkpoint(ModelConfig(dtype="float32"))
+    cfg = AutoConfig.from_pretrained(base)
+    cfg.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4})
+    cfg.update({"num_key_value_heads": 2, "head_dim": 16})
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg)
+    out = tmp_path_factory.mktemp("tiny-smollm2")
+    model.save_pretrained(out)
+    load_tokenizer(base).save_pretrained(out)
+    return out

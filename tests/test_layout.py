@@ -35,7 +35,7 @@ def test_every_role_field_of_the_config_is_registered_with_its_class() -> None:
         for n, f in Config.model_fields.items()
         if any(RoleConfig in getattr(a, "__mro__", ()) for a in getattr(f.annotation, "__args__", ()))
     }
-    assert sections == set(ROLES) == {"smoke", "validation", "generator", "rollout", "learner"}
+    assert sections == set(ROLES) == {"smoke", "validation", "generator", "rollout", "learner", "eval"}
     for name, spec in ROLES.items():
         cls = role_class(name)
         assert issubclass(cls, Role) and cls.name == name, spec

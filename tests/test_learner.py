@@ -24,26 +24,6 @@ from conftest import sarl, task_state, wait_for, write_config
 from rl.store import Sample, Store
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    from rl.engine.config import ModelConfig
-    from rl.model import checkpoint, load_tokenizer
-
-    base = checkpoint(ModelConfig(dtype="float32"))
-    cfg = AutoConfig.from_pretrained(base)
-    cfg.update({"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4})
-    cfg.update({"num_key_value_heads": 2, "head_dim": 16})
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg)
-    out = tmp_path_factory.mktemp("tiny-smollm2")
-    model.save_pretrained(out)
-    load_tokenizer(base).save_pretrained(out)
-    return out
-
-
 def _rollout_batches(tiny_model: Path, groups: int, group_size: int = 2, per_batch: int = 2) -> list[list[Sample]]:
     """Batches as rollout workers write them: whole groups, the prompt
     masked, the reference as the sampled tokens."""

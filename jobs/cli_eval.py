@@ -1,0 +1,69 @@
+"""`sarl eval RUN_DIR --tasks FILE`: pass@1 and pass@k of one weight version
+(rl.eval.run), with standard errors; per-task results in the run directory."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_commands(sub: Any) -> None:
+    q = sub.add_parser("eval", help="pass@1 and pass@k of a weight version on a task file, with standard errors")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("--tasks", type=Path, required=True, metavar="FILE", help="task file (JSONL) to evaluate on")
+    q.add_argument("--version", type=int, default=None, help="weight version (default: the newest; 0: the base)")
+    q.add_argument("-n", type=int, default=1, help="samples per task (pass@k needs k <= n)")
+    q.add_argument("-k", type=int, nargs="*", default=None, help="the k of pass@k (default: 1 and n)")
+    q.add_argument("--concurrency", type=int, default=8, help="episodes at once")
+    q.add_argument(
+        "--engine",
+        choices=("auto", "live", "own"),
+        default="auto",
+        help="live: the run's generators (they must serve the version); own: start an engine here; "
+        "auto: live when they serve the version, else own",
+    )
+    q.add_argument("--max-tokens", type=int, help="tokens per reply (default: the run's agent)")
+    q.add_argument("--max-turns", type=int, help="replies per episode (default: the run's agent)")
+    q.add_argument("--temperature", type=float, help="sampling temperature (default: the run's agent)")
+    q.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    q.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from jobs.cli_run import run_dir
+    from jobs.output import emit_json
+    from rl.errors import SarlError
+    from rl.eval.run import evaluate
+    from rl.tasks.format import read_tasks
+
+    rd = run_dir(args.run_dir)
+    if args.n < 1:
+        raise SarlError(f"-n {args.n}: at least one sample per task")
+    ks = args.k if args.k else sorted({1, args.n})
+    bad = [k for k in ks if not 1 <= k <= args.n]
+    if bad:
+        raise SarlError(f"-k {bad[0]}: pass@k needs 1 <= k <= n = {args.n}")
+    tasks = list(read_tasks(args.tasks))
+    if not tasks:
+        raise SarlError(f"{args.tasks}: no task")
+    bar = tqdm(total=len(tasks) * args.n, desc="eval", unit="episode", file=sys.stderr)
+    agent = {k: v for k, v in (("max_tokens", args.max_tokens), ("max_turns", args.max_turns),
+                                ("temperature", args.temperature)) if v is not None}  # fmt: skip
+    summary = evaluate(rd.path, tasks, str(args.tasks), args.version, args.n, ks, args.concurrency, args.engine,
+                       progress=bar.update, agent=agent)  # fmt: skip
+    bar.close()
+    if args.json:
+        emit_json(summary)
+        return 0
+    print(f"version {summary['version']} on {summary['tasks']} tasks of {args.tasks}, {args.n} sample(s) each "
+          f"({summary['engine']} engine, {summary['minutes']} min)")  # fmt: skip
+    for k in ks:
+        print(f"  pass@{k} = {summary[f'pass@{k}']:.3f} +- {summary[f'se@{k}']:.3f} (standard error)")
+    if summary["failures"]:
+        print("  failures: " + ", ".join(f"{why} {n}" for why, n in summary["failures"].items()))
+    print(f"  results: {summary['folder']}")
+    return 0

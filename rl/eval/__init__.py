@@ -1,0 +1,1 @@
+"""Evaluation of a weight version on a task file: `sarl eval` and the `[eval]` section."""

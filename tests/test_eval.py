@@ -1,0 +1,194 @@
+"""Evaluation: the pass@k estimator against hand computations, and
+`sarl eval` end to end (the rollouts' agent, real sandboxes and verifier,
+an engine it starts itself, and the run's live generator)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from conftest import sarl, task_state, wait_for, write_config
+
+from rl.eval.passk import mean_and_se, pass_at_k
+from rl.eval.run import summarise, task_result
+from rl.tasks.format import Task
+
+
+def test_pass_at_k_matches_hand_computation() -> None:
+    # n = 5, c = 2: pass@1 = 2/5; pass@2 = 1 - C(3,2)/C(5,2) = 1 - 3/10; pass@5 = 1
+    assert pass_at_k(5, 2, 1) == pytest.approx(0.4)
+    assert pass_at_k(5, 2, 2) == pytest.approx(0.7)
+    assert pass_at_k(5, 2, 5) == 1.0 and pass_at_k(5, 0, 3) == 0.0
+    assert pass_at_k(10, 3, 4) == pytest.approx(1 - math.comb(7, 4) / math.comb(10, 4))
+    assert pass_at_k(200, 13, 100) == pytest.approx(1 - math.comb(187, 100) / math.comb(200, 100))
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+    # three tasks with 4 samples each: 1, 2 and 4 passing
+    tasks = [Task(task_id=f"t{i}", prompt="", entry_point="f", tests="assert 1") for i in range(3)]
+    results = [
+        task_result(t, [j < c for j in range(4)], ["" if j < c else "wrong" for j in range(4)], [1] * 4, [1, 2])
+        for t, c in zip(tasks, (1, 2, 4), strict=True)
+    ]
+    s = summarise(results, [1, 2])
+    p1 = [0.25, 0.5, 1.0]
+    p2 = [1 - math.comb(3, 2) / 6, 1 - math.comb(2, 2) / 6, 1.0]
+    assert s["pass@1"] == pytest.approx(sum(p1) / 3, abs=1e-4)
+    assert s["pass@2"] == pytest.approx(sum(p2) / 3, abs=1e-4)
+    mean = sum(p1) / 3
+    se = math.sqrt(sum((x - mean) ** 2 for x in p1) / 2 / 3)
+    assert s["se@1"] == pytest.approx(se, abs=1e-4) and mean_and_se(p1)[1] == pytest.approx(se)
+    assert s["failures"] == {"wrong": 3 + 2} and s["samples"] == 12
+
+
+@pytest.mark.slow
+def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(workdir: Path) -> None:
+    """The base model (SmolLM2-135M-Instruct, HF engine) on generated tasks
+    with a known solution: results per task and a summary, written in the
+    run directory; the same figures through the run's live generator, with
+    the same seeds."""
+    from rl.tasks.format import write_tasks
+    from rl.tasks.generate import generate
+
+    write_tasks(workdir / "held.jsonl", generate("filtering", 3, seed=2, difficulty=1))
+    body = """
+[run]
+name = "e"
+root = "runs"
+[executor]
+type = "local"
+[model]
+dtype = "float32"
+[generator]
+poll_s = 0.5
+[generator.engine]
+type = "hf"
+max_model_len = 1024
+"""
+    cfg = write_config(workdir, body)
+    sarl("submit", str(cfg), cwd=workdir)
+    run = workdir / "runs" / "e"
+    try:
+        sarl("cancel", str(run), cwd=workdir)  # first: the engine started by sarl eval
+        small = ["--max-tokens", "96", "--max-turns", "1"]
+        out = sarl("eval", str(run), "--tasks", "held.jsonl", "-n", "2", "--engine", "own", *small, "--json",
+                   cwd=workdir, timeout=900)  # fmt: skip
+        own = json.loads(out.stdout)
+        assert own["version"] == 0 and own["engine"] == "own" and own["tasks"] == 3 and own["samples"] == 6
+        assert 0.0 <= own["pass@1"] <= 1.0 and own["se@1"] >= 0.0 and "pass@2" in own
+        folder = run / "eval" / "v000000" / "held"
+        rows = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
+        assert [r["task_id"] for r in rows] == [f"gen/filtering/L1/s2-{i:05d}" for i in range(3)]
+        assert all(r["n"] == 2 and sum(r["failures"].values()) == 2 - r["passed"] for r in rows)
+        assert json.loads((folder / "summary.json").read_text())["pass@1"] == own["pass@1"]
+        # now through the run's generator, live again
+        sarl("resume", str(run), cwd=workdir)
+        wait_for(lambda: list((run / "endpoints").glob("generator-*.json")), 300, "the live generator")
+        out = sarl("eval", str(run), "--tasks", "held.jsonl", "-n", "2", *small, "--json", cwd=workdir, timeout=900)
+        live = json.loads(out.stdout)
+        assert live["engine"] == "live" and live["pass@1"] == own["pass@1"]  # same engine, same seeds
+        bad = sarl("eval", str(run), "--tasks", "held.jsonl", "--version", "3", cwd=workdir, check=False)
+        assert bad.returncode == 1 and "--version 3: not in the store" in bad.stderr
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ("overlap", "is also in the held-out file"),
+        ("k", "eval: k: pass@4 needs 1 <= k <= n = 2"),
+        ("missing", "eval.tasks_file"),
+    ],
+)
+def test_bad_eval_section_is_refused_before_submission(workdir: Path, change: str, words: str) -> None:
+    from rl.tasks.format import write_tasks
+    from rl.tasks.generate import generate
+
+    tasks = generate("parsing", 6, seed=1)
+    write_tasks(workdir / "train.jsonl", tasks[:4])
+    write_tasks(workdir / "held.jsonl", tasks[3:] if change == "overlap" else tasks[4:])
+    held = "nope.jsonl" if change == "missing" else "held.jsonl"
+    body = f"""
+[run]
+name = "e"
+root = "runs"
+[executor]
+type = "local"
+[model]
+dtype = "float32"
+[generator]
+[rollout]
+tasks_file = "train.jsonl"
+[eval]
+tasks_file = "{held}"
+n = 2
+k = [{4 if change == "k" else 1}]
+"""
+    out = sarl("submit", str(write_config(workdir, body)), cwd=workdir, check=False)
+    assert out.returncode == 2 and words in out.stderr, out.stderr
+    assert not (workdir / "runs" / "e").exists()
+
+
+@pytest.mark.slow
+def test_the_eval_role_evaluates_version_0_and_every_nth_version_once_with_curves(
+    workdir: Path, tiny_model: Path
+) -> None:
+    """A run with an [eval] section and published versions 1-2 (the tiny
+    Llama, HF engine): versions 0 and 2 (every 2) are evaluated, each once,
+    with curves per version."""
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file
+
+    from rl.store.weights import WeightStore
+    from rl.tasks.format import write_tasks
+    from rl.tasks.generate import generate
+
+    write_tasks(workdir / "held.jsonl", generate("arithmetic", 2, seed=4, difficulty=1))
+    body = f"""
+[run]
+name = "e"
+root = "runs"
+[executor]
+type = "local"
+[model]
+path = "{tiny_model}"
+dtype = "float32"
+[eval]
+tasks_file = "held.jsonl"
+every = 2
+n = 2
+k = [1, 2]
+poll_s = 0.5
+[eval.engine]
+type = "hf"
+max_model_len = 512
+[eval.agent]
+max_turns = 1
+max_tokens = 16
+"""
+    run = workdir / "runs" / "e"
+    base = load_file(str(tiny_model / "model.safetensors"))
+    sarl("submit", str(write_config(workdir, body)), cwd=workdir)
+    ws = WeightStore(run / "store.zarr")  # published while the evaluator starts on version 0
+    for v in (1, 2):
+        torch.manual_seed(v)
+        ws.publish({k: t + 0.01 * torch.randn_like(t) for k, t in base.items()}, version=v, dtype="float32")
+    try:
+        wait_for(lambda: task_state(run, 0, "eval").get("done"), 400, "the evaluator")
+        state = task_state(run, 0, "eval")
+        assert sorted(state["evaluated"]) == ["0", "2"]
+        assert all("pass@1" in state["evaluated"][v] and "se@2" in state["evaluated"][v] for v in ("0", "2"))
+        for v in (0, 2):
+            summary = json.loads((run / "eval" / f"v{v:06d}" / "held" / "summary.json").read_text())
+            assert summary["version"] == v and summary["samples"] == 4 and summary["engine"] == "own"
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(run / "tb" / "eval"))
+        acc.Reload()
+        assert [e.step for e in acc.Scalars("eval/pass@1")] == [0, 2]
+        assert np.isfinite([e.value for e in acc.Scalars("eval/se@1")]).all()
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
