@@ -190,5 +190,7 @@ max_tokens = 16
         acc.Reload()
         assert [e.step for e in acc.Scalars("eval/pass@1")] == [0, 2]
         assert np.isfinite([e.value for e in acc.Scalars("eval/se@1")]).all()
+        glance = json.loads(sarl("status", str(run), "--json", cwd=workdir).stdout)["training"]
+        assert glance["last_eval"]["version"] == 2 and "pass@1" in glance["last_eval"]
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)

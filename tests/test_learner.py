@@ -135,6 +135,13 @@ def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Pat
         assert {f"learner/{t}" for t in expected} <= tags, sorted(tags)
         assert "learner/staleness_hist" in acc.Tags()["histograms"]
         assert [e.step for e in acc.Scalars("learner/loss")] == [1, 2, 3]
+        import json
+
+        glance = json.loads(sarl("status", str(run), "--json", cwd=run.parents[1]).stdout)["training"]["learner"]
+        assert glance["step"] == glance["steps"] == 3 and glance["published_version"] == 3
+        assert glance["batches_consumed"] == 3 and glance["loss"] is not None
+        text = sarl("status", str(run), cwd=run.parents[1]).stdout
+        assert "learner     step 3/3, published version 3, 3 batches consumed; loss" in text
     finally:
         sarl("cancel", str(run), cwd=run.parents[1], check=False)
 

@@ -176,7 +176,10 @@ def run_status(rd: RunDir, store: bool = True) -> dict[str, Any]:
     """Every role's tasks; with `store`, also the store's damaged entries."""
     cfg = rd.config()
     roles = [role_status(rd, name, rc.tasks) for name, rc in cfg.roles().items()]
+    from rl.run.overview import overview
+
     return {
+        "training": overview(rd, cfg),
         "store_damaged": store_damage(rd) if store else [],
         "run_dir": str(rd.path),
         "name": cfg.run.name,
@@ -216,6 +219,11 @@ def render(st: dict[str, Any], all_tasks: bool = False) -> str:
             f"(`sarl store inspect {st['run_dir']}` lists them); first: {damaged[0]['path']}: {damaged[0]['reason']}",
             "",
         ]
+    from rl.run.overview import render_overview
+
+    glance = render_overview(st.get("training", {}))
+    if glance:
+        lines += [*glance, ""]
     header = f"{'ROLE':<12}{'TASKS':>6}{'DONE':>6}{'RUN':>6}{'PEND':>6}{'FAIL':>6}  {'LAST BEAT':<11} JOBS"
     lines.append(header)
     for name, r in st["roles"].items():

@@ -1,0 +1,106 @@
+"""The training run at a glance, for `sarl status`: the learner's step and
+published version, each generator's version, rollouts committed and
+waiting, episodes/s, staleness, failures by reason, the last evaluation.
+
+Everything comes from committed role states and the store's version list
+(cheap reads: no batch is opened), so it answers on a login node while the
+run goes on; a role that has not committed yet is simply absent.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from rl.fsio import read_json
+from rl.run.rundir import RunDir
+
+
+def _states(rd: RunDir, role: str, tasks: int) -> list[dict[str, Any]]:
+    out = []
+    for t in range(tasks):
+        try:
+            s = read_json(rd.state_path(role, t))
+        except Exception:  # a torn or unreadable state: that task is shown as not reporting
+            s = None
+        if s:
+            out.append(s)
+    return out
+
+
+def overview(rd: RunDir, cfg: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    try:
+        from rl.store.weights import WeightStore
+
+        published = WeightStore(rd.path / "store.zarr").latest() if (rd.path / "store.zarr").is_dir() else None
+    except Exception:  # a damaged store is reported by the store section of status
+        published = None
+    if cfg.learner is not None:
+        s = (_states(rd, "learner", 1) or [{}])[0]
+        out["learner"] = {
+            "step": s.get("step", 0),
+            "steps": cfg.learner.steps,
+            "published_version": published or 0,
+            "batches_consumed": s.get("batches", 0),
+            "loss": s.get("loss"),
+            "reward_mean": s.get("reward_mean"),
+            "mismatch_kl": s.get("mismatch_kl"),
+            "staleness": s.get("staleness"),
+            "dropped_stale": s.get("dropped_stale"),
+            "quarantined_batches": len(s.get("quarantined", {})),
+        }
+    if cfg.generator is not None:
+        gens = _states(rd, "generator", cfg.generator.tasks)
+        out["generators"] = {str(s.get("task", i)): s.get("version") for i, s in enumerate(gens)}
+    if cfg.rollout is not None:
+        ws = _states(rd, "rollout", cfg.rollout.tasks)
+        fails: Counter[str] = Counter()
+        for s in ws:
+            fails.update(s.get("failures", {}))
+        committed = sum(s.get("batches", 0) for s in ws)
+        consumed = out.get("learner", {}).get("batches_consumed", 0)
+        out["rollouts"] = {
+            "episodes_committed": sum(s.get("episodes_committed", 0) for s in ws),
+            "batches_committed": committed,
+            "batches_waiting": max(0, committed - consumed) if cfg.learner is not None else None,
+            "episodes_per_s": round(sum(s.get("rate", 0.0) for s in ws if not s.get("done")), 3),
+            "groups_abandoned": sum(len(s.get("abandoned", {})) for s in ws),
+            "failures": dict(sorted(fails.items())),
+        }
+    if cfg.eval is not None:
+        s = (_states(rd, "eval", 1) or [{}])[0]
+        if "last_version" in s:
+            out["last_eval"] = {"version": s["last_version"], **s.get("last", {})}
+    return out
+
+
+def render_overview(ov: dict[str, Any]) -> list[str]:
+    lines = []
+    if "learner" in ov:
+        x = ov["learner"]
+        figures = ", ".join(
+            f"{k.replace('_', ' ')} {x[k]:.4g}"
+            for k in ("loss", "reward_mean", "mismatch_kl", "staleness")
+            if x[k] is not None
+        )
+        lines.append(
+            f"learner     step {x['step']}/{x['steps']}, published version {x['published_version']}, "
+            f"{x['batches_consumed']} batches consumed" + (f"; {figures}" if figures else "")
+            + (f"; {x['quarantined_batches']} batches quarantined" if x["quarantined_batches"] else "")
+        )  # fmt: skip
+    if ov.get("generators"):
+        lines.append("generators  " + ", ".join(f"task {t}: version {v}" for t, v in ov["generators"].items()))
+    if "rollouts" in ov:
+        r = ov["rollouts"]
+        waiting = f", {r['batches_waiting']} waiting for the learner" if r["batches_waiting"] is not None else ""
+        fails = ", ".join(f"{k} {v}" for k, v in r["failures"].items()) or "none"
+        lines.append(
+            f"rollouts    {r['episodes_committed']} episodes in {r['batches_committed']} batches{waiting}, "
+            f"{r['episodes_per_s']}/s, {r['groups_abandoned']} groups abandoned; failures: {fails}"
+        )
+    if "last_eval" in ov:
+        e = ov["last_eval"]
+        figures = ", ".join(f"{k} {v:.3f}" for k, v in e.items() if k.startswith(("pass@", "se@")))
+        lines.append(f"eval        version {e['version']}: {figures or e.get('skipped', '')}")
+    return lines
