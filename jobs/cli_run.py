@@ -37,6 +37,24 @@ def add_commands(sub: Any) -> None:
     add_overrides(q)
     q.set_defaults(handler=resume)
 
+    q = sub.add_parser(
+        "report", help="write PNG plots and an HTML page of a run (reward, pass@1, failures, throughput)"
+    )
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("-o", "--output", type=Path, help="folder (default: RUN_DIR/report)")
+    q.set_defaults(handler=report)
+
+
+def report(args: argparse.Namespace) -> int:
+    import sys
+
+    from rl.run.report import write_report
+
+    folder = write_report(run_dir(args.run_dir).path, args.output)
+    print((folder / "summary.txt").read_text(), end="")
+    print(f"report: {folder / 'index.html'} (plots: {folder}/*.png)", file=sys.stderr)
+    return 0
+
 
 def run_dir(path: Path) -> Any:
     """The run directory at `path`; a ConfigError naming it when there is none."""

@@ -142,8 +142,50 @@ def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Pat
         assert glance["batches_consumed"] == 3 and glance["loss"] is not None
         text = sarl("status", str(run), cwd=run.parents[1]).stdout
         assert "learner     step 3/3, published version 3, 3 batches consumed; loss" in text
+        _check_report_and_tensorboard(run)
     finally:
         sarl("cancel", str(run), cwd=run.parents[1], check=False)
+
+
+def _check_report_and_tensorboard(run: Path) -> None:
+    """`sarl report` writes its plots and page; the real `tensorboard` serves
+    the run's curves (its HTTP API lists the learner's tags)."""
+    import base64
+    import json
+    import socket
+    import subprocess
+    import sys
+    import urllib.request
+
+    out = sarl("report", str(run), cwd=run.parents[1])
+    assert "learner     step 3/3" in out.stdout
+    folder = run / "report"
+    for name in ("reward", "pass1", "failures", "throughput"):
+        assert (folder / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (folder / "index.html").read_text()
+    images = [x.split('"', 1)[0] for x in page.split("data:image/png;base64,")[1:]]
+    assert len(images) == 4 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)  # self-contained
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tb = Path(sys.executable).parent / "tensorboard"
+    cmd = [str(tb), "--logdir", str(run / "tb"), "--port", str(port), "--host", "127.0.0.1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+
+        def tags() -> dict | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugin/scalars/tags", timeout=5) as r:
+                    got = json.loads(r.read())
+            except OSError:
+                return None
+            return got if "learner" in got else None
+
+        got = wait_for(tags, 90, "tensorboard to serve the run")
+        assert {"learner/loss", "learner/mismatch_kl", "learner/entropy"} <= set(got["learner"])
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def _learner_pid(run: Path) -> int | None:

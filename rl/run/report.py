@@ -1,0 +1,186 @@
+"""`sarl report RUN_DIR`: a self-contained summary for people without a
+TensorBoard tunnel.
+
+    RUN_DIR/report/reward.png       reward over time (learner, each rollout worker)
+    RUN_DIR/report/pass1.png        held-out pass@1 per weight version, +- 1 standard error
+    RUN_DIR/report/failures.png     rollout failures by reason, cumulative over time
+    RUN_DIR/report/throughput.png   episodes/s, learner tokens/s, generator tokens/s
+    RUN_DIR/report/index.html       one page: the figures at a glance and the four plots, embedded
+    RUN_DIR/report/summary.txt      the figures at a glance, as text
+
+Curves come from the run's TensorBoard event files (`RUN_DIR/tb/*`); the
+time axis is minutes since the run's first event, shared by every role. A
+plot with no data says so instead of being left out, so the page always
+has the same shape.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+Series = dict[str, list[tuple[float, int, float]]]
+"""tag -> [(wall time, step, value)] of one writer folder."""
+
+
+def read_curves(tb_root: Path) -> dict[str, Series]:
+    """Every writer folder under `tb_root` (learner, rollout-000000, eval, ...)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out: dict[str, Series] = {}
+    if not tb_root.is_dir():
+        return out
+    for folder in sorted(p for p in tb_root.iterdir() if p.is_dir()):
+        acc = EventAccumulator(str(folder), size_guidance={"scalars": 0})
+        acc.Reload()
+        tags = acc.Tags().get("scalars", [])
+        if tags:
+            out[folder.name] = {t: [(e.wall_time, e.step, e.value) for e in acc.Scalars(t)] for t in tags}
+    return out
+
+
+def _t0(curves: dict[str, Series]) -> float:
+    times = [p[0] for s in curves.values() for pts in s.values() for p in pts]
+    return min(times) if times else 0.0
+
+
+def _empty(ax: Any, what: str) -> None:
+    ax.text(0.5, 0.5, f"no {what} yet", ha="center", va="center", transform=ax.transAxes, color="gray")
+
+
+def _png(fig: Any) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110, bbox_inches="tight")
+    return buf.getvalue()
+
+
+def plots(curves: dict[str, Series]) -> dict[str, bytes]:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on a login node
+    import matplotlib.pyplot as plt
+
+    t0 = _t0(curves)
+
+    def line(ax: Any, pts: list[tuple[float, int, float]], label: str, **kw: Any) -> None:
+        ax.plot([(p[0] - t0) / 60 for p in pts], [p[2] for p in pts], label=label, **kw)
+
+    out = {}
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    drawn = 0
+    for name, s in curves.items():
+        for tag in ("learner/reward_mean", "rollout/reward_mean"):
+            if tag in s:
+                line(ax, s[tag], name, marker="." if name == "learner" else None)
+                drawn += 1
+    ax.set(title="Reward", xlabel="minutes", ylabel="mean reward")
+    ax.legend(fontsize=7) if drawn else _empty(ax, "reward")
+    out["reward"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ev = curves.get("eval", {})
+    if "eval/pass@1" in ev:
+        pts = sorted((p[1], p[2]) for p in ev["eval/pass@1"])
+        se = {p[1]: p[2] for p in ev.get("eval/se@1", [])}
+        ax.errorbar([v for v, _ in pts], [y for _, y in pts], yerr=[se.get(v, 0.0) for v, _ in pts], marker="o",
+                    capsize=3)  # fmt: skip
+    else:
+        _empty(ax, "evaluation")
+    ax.set(title="Held-out pass@1 (+- 1 standard error)", xlabel="weight version", ylabel="pass@1")
+    out["pass1"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    by_reason: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for s in curves.values():
+        for tag, series in s.items():
+            if tag.startswith("rollout/failures/"):
+                by_reason[tag.rsplit("/", 1)[1]] += [(p[0], p[2]) for p in series]
+    for why, events in sorted(by_reason.items()):
+        events.sort()
+        total, xs, ys = 0.0, [], []
+        for t, v in events:
+            total += v
+            xs.append((t - t0) / 60)
+            ys.append(total)
+        ax.step(xs, ys, where="post", label=why)
+    ax.set(title="Rollout failures by reason (cumulative)", xlabel="minutes", ylabel="episodes")
+    ax.legend(fontsize=7) if by_reason else _empty(ax, "failed episode")
+    out["failures"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax2 = ax.twinx()
+    drawn = 0
+    for name, s in curves.items():
+        if "rollout/episodes_per_s" in s:
+            line(ax, s["rollout/episodes_per_s"], f"{name} episodes/s")
+            drawn += 1
+        for tag in ("learner/tokens_per_s", "generator/tokens_per_s"):
+            if tag in s:
+                line(ax2, s[tag], f"{name} {tag.split('/')[0]} tokens/s", linestyle="--")
+                drawn += 1
+    ax.set(title="Throughput", xlabel="minutes", ylabel="episodes/s")
+    ax2.set_ylabel("tokens/s (dashed)")
+    if drawn:
+        handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, fontsize=7)
+    else:
+        _empty(ax, "throughput")
+    out["throughput"] = _png(fig)
+    plt.close(fig)
+    return out
+
+
+def glance(status: dict[str, Any], curves: dict[str, Series]) -> list[str]:
+    from rl.run.overview import render_overview
+
+    lines = [f"run {status['name']} ({status['run_dir']})", *render_overview(status.get("training", {}))]
+    ev = curves.get("eval", {})
+    if "eval/pass@1" in ev:
+        pts = sorted((p[1], p[2]) for p in ev["eval/pass@1"])
+        se = {p[1]: p[2] for p in ev.get("eval/se@1", [])}
+        (v0, p0), (v1, p1) = pts[0], pts[-1]
+        lines.append(
+            f"held-out pass@1: version {v0} {p0:.3f} +- {se.get(v0, 0):.3f} -> version {v1} {p1:.3f} +- "
+            f"{se.get(v1, 0):.3f}"
+        )
+    for name, r in status["roles"].items():
+        c = r["counts"]
+        lines.append(f"{name}: {r['tasks']} tasks, {c['done']} done, {c['running']} running, {c['failed']} failed")
+    return lines
+
+
+def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+    from rl.fsio import atomic_write
+    from rl.run.rundir import RunDir
+    from rl.run.status import run_status
+
+    rd = RunDir(run_dir)
+    folder = out_dir or rd.path / "report"
+    folder.mkdir(parents=True, exist_ok=True)
+    curves = read_curves(rd.path / "tb")
+    status = run_status(rd, store=False)
+    lines = glance(status, curves)
+    images = plots(curves)
+    for name, data in images.items():
+        (folder / f"{name}.png.tmp").write_bytes(data)
+        (folder / f"{name}.png.tmp").replace(folder / f"{name}.png")
+    body = "".join(f"<li>{html.escape(x)}</li>" for x in lines)
+    figs = "".join(
+        f'<figure><img alt="{n}" src="data:image/png;base64,{base64.b64encode(d).decode()}"></figure>'
+        for n, d in images.items()
+    )
+    page = (
+        f"<!doctype html><html><head><meta charset='utf-8'><title>sarl report: {html.escape(status['name'])}</title>"
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto}img{max-width:100%}</style></head>"
+        f"<body><h1>sarl report: {html.escape(status['name'])}</h1><ul>{body}</ul>{figs}</body></html>\n"
+    )
+    atomic_write(folder / "index.html", page)
+    atomic_write(folder / "summary.txt", "\n".join(lines) + "\n")
+    return folder
