@@ -8,9 +8,9 @@ from pathlib import Path
 from pydantic import Field, model_validator
 
 from rl.agent.config import AgentConfig
-from rl.engine.config import EngineConfig
+from rl.engine.config import HFEngineConfig, VLLMEngineConfig
 from rl.run.config import RoleConfig
-from rl.schema import SAFE
+from rl.schema import SAFE, TAG
 
 
 class EvalRole(RoleConfig):
@@ -30,7 +30,7 @@ class EvalRole(RoleConfig):
     """The k of pass@k reported (each <= n)."""
     agent: AgentConfig | None = None
     """The agent played; none: the rollouts' (`[rollout.agent]`)."""
-    engine: EngineConfig | None = None
+    engine: VLLMEngineConfig | HFEngineConfig | None = Field(None, discriminator=TAG)
     """The evaluator's engine; none: the generators' (`[generator.engine]`)."""
     concurrency: int = Field(8, ge=1, le=256, json_schema_extra=SAFE)
     """Episodes at once."""
