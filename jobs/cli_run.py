@@ -45,9 +45,17 @@ def add_commands(sub: Any) -> None:
     q.set_defaults(handler=report)
 
 
-def report(args: argparse.Namespace) -> int:
-    import sys
+def scale(args: argparse.Namespace) -> int:
+    from rl.run.scale import parse_target
+    from rl.run.scale import scale as scale_role
 
+    role, n = parse_target(args.target)
+    subs = scale_role(run_dir(args.run_dir), role, n, say=lambda m: print(m, file=sys.stderr))
+    _print_submitted(subs, run_dir(args.run_dir).path)
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
     from rl.run.report import write_report
 
     folder = write_report(run_dir(args.run_dir).path, args.output)

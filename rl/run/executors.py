@@ -311,7 +311,21 @@ def cancel_submission(record: dict[str, Any]) -> None:
     if record["executor"] == "slurm":
         _run(["scancel", str(record["job_id"])])
         return
-    pids = [int(p) for p in record["job_ids"] if _pid_is_controller(int(p))]
+    _kill_controllers([int(p) for p in record["job_ids"]])
+
+
+def cancel_tasks(record: dict[str, Any], tasks: list[int]) -> None:
+    """Cancel some tasks of a submission: Slurm array tasks by id, local
+    tasks by their controller."""
+    ids = [record["job_ids"][record["tasks"].index(t)] for t in tasks]
+    if record["executor"] == "slurm":
+        _run(["scancel", *map(str, ids)])
+        return
+    _kill_controllers([int(p) for p in ids])
+
+
+def _kill_controllers(candidates: list[int]) -> None:
+    pids = [p for p in candidates if _pid_is_controller(p)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
