@@ -1,0 +1,94 @@
+"""The whole run: generators, rollout workers and the learner of one config,
+submitted by one `sarl submit` to the real local Slurm, exchanging rollouts
+and weights only through the store, in sync and in async mode. The policy
+is the tiny Llama, so that the run takes a minute; its rewards are what
+they are (the plumbing is under test here, learning in test_learner)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import sarl, task_state, wait_for, write_config
+
+from rl.store import Store
+from rl.tasks.format import write_tasks
+from rl.tasks.generate import generate
+
+
+def _config(tiny_model: Path, tasks_file: Path, mode: str) -> str:
+    stale = "max_staleness = 1\n" if mode == "async" else ""
+    return f"""
+[run]
+name = "w"
+root = "runs"
+mode = "{mode}"
+[model]
+path = "{tiny_model}"
+dtype = "float32"
+[generator]
+poll_s = 0.2
+[generator.engine]
+type = "hf"
+max_model_len = 1024
+threads = 1
+[rollout]
+tasks_file = "{tasks_file}"
+groups = 8
+group_size = 2
+groups_per_step = 2
+concurrency = 2
+batch_groups = 1
+{stale}[rollout.agent]
+max_turns = 1
+max_tokens = 8
+[learner]
+steps = 4
+samples_per_step = 4
+poll_s = 0.2
+threads = 1
+{stale}[learner.job]
+mem_gb = 4
+"""
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_short_run_of_all_three_roles_consumes_every_batch_once_under_its_mode(
+    workdir: Path, tiny_model: Path, slurm: None, mode: str
+) -> None:
+    write_tasks(workdir / "tasks.jsonl", generate("arithmetic", 6, seed=2))
+    cfg = write_config(workdir, _config(tiny_model, workdir / "tasks.jsonl", mode))
+    out = sarl("submit", str(cfg), "--cluster", "slurm", cwd=workdir)
+    submitted = {ln.split()[1] for ln in out.stdout.splitlines() if ln.startswith("Submitted")}
+    assert {"generator", "rollout", "learner"} <= submitted  # one submit, three roles
+    run = workdir / "runs" / "w"
+
+    def learner_done() -> bool:
+        path = run / "checkpoints" / "learner" / "task-000000.json"
+        return path.exists() and bool(task_state(run, 0, "learner").get("done"))
+
+    try:
+        wait_for(learner_done, 600, "the learner's 4 steps")
+        wait_for(lambda: task_state(run, 0, "generator").get("version") == 4, 120, "the generator on version 4")
+        from rl.learner.checkpoints import LearnerCheckpoints
+
+        ck = LearnerCheckpoints(run).latest()
+        assert ck is not None and ck.step == 4
+        store = Store(run / "store.zarr")
+        reader = store.reader()
+        committed = {f"{w}/{s}" for w, s in reader.committed()}
+        consumed = Counter(k for _, keys in ck.meta["history"] for k in keys)
+        assert set(consumed.values()) == {1} and set(consumed) == committed  # each batch once, none left
+        assert store.weights.latest() == 4
+        for step, keys in ck.meta["history"]:
+            batches = [reader.read((k.rsplit("/", 1)[0], int(k.rsplit("/", 1)[1]))) for k in keys]
+            versions = {s.policy_version for b in batches for s in b.samples()}
+            if mode == "sync":
+                assert versions == {step - 1}, (step, versions)  # step N + 1 trains on version N alone
+            else:
+                assert all(0 <= step - 1 - v <= 1 for v in versions), (step, versions)  # within max_staleness
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
