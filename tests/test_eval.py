@@ -178,7 +178,11 @@ max_tokens = 16
         torch.manual_seed(v)
         ws.publish({k: t + 0.01 * torch.randn_like(t) for k, t in base.items()}, version=v, dtype="float32")
     try:
-        wait_for(lambda: task_state(run, 0, "eval").get("done"), 400, "the evaluator")
+        def done() -> bool:
+            path = run / "checkpoints" / "eval" / "task-000000.json"
+            return path.exists() and bool(task_state(run, 0, "eval").get("done"))
+
+        wait_for(done, 400, "the evaluator")
         state = task_state(run, 0, "eval")
         assert sorted(state["evaluated"]) == ["0", "2"]
         assert all("pass@1" in state["evaluated"][v] and "se@2" in state["evaluated"][v] for v in ("0", "2"))
