@@ -37,6 +37,11 @@ def add_commands(sub: Any) -> None:
     add_overrides(q)
     q.set_defaults(handler=resume)
 
+    q = sub.add_parser("scale", help="change a role's number of tasks mid-run (rollout, generator) without losing work")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("target", metavar="ROLE=N", help="e.g. rollout=8")
+    q.set_defaults(handler=scale)
+
     q = sub.add_parser(
         "report", help="write PNG plots and an HTML page of a run (reward, pass@1, failures, throughput)"
     )

@@ -178,6 +178,7 @@ max_tokens = 16
         torch.manual_seed(v)
         ws.publish({k: t + 0.01 * torch.randn_like(t) for k, t in base.items()}, version=v, dtype="float32")
     try:
+
         def done() -> bool:
             path = run / "checkpoints" / "eval" / "task-000000.json"
             return path.exists() and bool(task_state(run, 0, "eval").get("done"))

@@ -46,13 +46,15 @@ max_tokens = 8
 @pytest.mark.slow
 def test_scaling_rollout_workers_mid_run_loses_and_doubles_no_episode(workdir: Path, tiny_model: Path) -> None:
     write_tasks(workdir / "tasks.jsonl", generate("arithmetic", 6, seed=3))
-    groups = 16
+    groups = 48
     sarl("submit", str(write_config(workdir, _config(tiny_model, workdir / "tasks.jsonl", groups))), cwd=workdir)
     run = workdir / "runs" / "s"
     store = Store(run / "store.zarr")
     try:
         wait_for(lambda: len(store.reader().committed()) >= 2, 300, "the first worker's batches")
         out = sarl("scale", str(run), "rollout=3", cwd=workdir, timeout=300)
+        before = len(store.reader().committed())
+        assert before < groups, "the first worker finished before the scale"
         assert "scaled rollout from 1 to 3 tasks" in out.stderr and "Submitted rollout job" in out.stdout
         wait_for(lambda: all(task_state(run, t, "rollout").get("done") for t in range(3)), 600, "3 workers")
         reader = store.reader()
