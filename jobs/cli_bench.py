@@ -48,7 +48,7 @@ def add_commands(sub: Any) -> None:
     b = bench(
         "learner",
         "training tokens/s of the DeepSpeed learner vs a plain PyTorch loop on SmolLM2-135M; peak memory",
-        "4 samples of 128 tokens, 2 timed steps",
+        "2 samples of 96 tokens, 1 timed step",
     )
     b.add_argument("--dtype", choices=["bfloat16", "float32"], default="float32")
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")

@@ -201,7 +201,7 @@ def _learner_pid(run: Path) -> int | None:
 
 @pytest.mark.slow
 def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path) -> None:
-    steps = 10
+    steps = 8
     straight = _start(workdir, "straight", tiny_model, steps)
     wait_for(lambda: _state(straight).get("done"), 600, "the uninterrupted learner")
     killed = _start(workdir, "killed", tiny_model, steps)
@@ -424,7 +424,7 @@ lr = 3e-2
 def test_a_tiny_model_learns_from_reward_alone_and_a_shuffled_control_does_not(workdir: Path, tiny_model: Path) -> None:
     from concurrent.futures import ThreadPoolExecutor
 
-    rounds = 20
+    rounds = 16
     with ThreadPoolExecutor(2) as pool:  # side by side: each round mostly waits on the other roles
         runs = [
             pool.submit(_learn, workdir, tiny_model, name, name == "shuffled", rounds)
@@ -557,7 +557,7 @@ def test_bench_learner_reports_deepspeed_beside_plain_pytorch(workdir: Path) -> 
     assert r["ratio"] == pytest.approx(r["learner_tok_s"] / r["torch_tok_s"], rel=0.01)
     # both sides hold the 135M model, its gradients and AdamW's two moments (at least 4 x 0.54 GB)
     assert r["learner_peak_gb"] > 2.0 and r["torch_peak_gb"] > 2.0
-    assert r["tokens_per_step"] > 100
+    assert r["tokens_per_step"] > 50
 
 
 @pytest.mark.slow

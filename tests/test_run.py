@@ -53,25 +53,22 @@ mem_gb = 4
 """
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["sync", "async"])
-def test_a_short_run_of_all_three_roles_consumes_every_batch_once_under_its_mode(
-    workdir: Path, tiny_model: Path, slurm: None, mode: str
-) -> None:
-    write_tasks(workdir / "tasks.jsonl", generate("arithmetic", 6, seed=2))
-    cfg = write_config(workdir, _config(tiny_model, workdir / "tasks.jsonl", mode))
-    out = sarl("submit", str(cfg), "--cluster", "slurm", cwd=workdir)
+def _run_and_check(workdir: Path, tiny_model: Path, mode: str) -> None:
+    folder = workdir / mode
+    folder.mkdir()
+    write_tasks(folder / "tasks.jsonl", generate("arithmetic", 6, seed=2))
+    cfg = write_config(folder, _config(tiny_model, folder / "tasks.jsonl", mode))
+    out = sarl("submit", str(cfg), "--cluster", "slurm", cwd=folder)
     submitted = {ln.split()[1] for ln in out.stdout.splitlines() if ln.startswith("Submitted")}
     assert {"generator", "rollout", "learner"} <= submitted  # one submit, three roles
-    run = workdir / "runs" / "w"
+    run = folder / "runs" / "w"
 
     def learner_done() -> bool:
         path = run / "checkpoints" / "learner" / "task-000000.json"
         return path.exists() and bool(task_state(run, 0, "learner").get("done"))
 
     try:
-        wait_for(learner_done, 600, "the learner's 4 steps")
+        wait_for(learner_done, 600, f"the {mode} learner's 4 steps")
         wait_for(lambda: task_state(run, 0, "generator").get("version") == 4, 120, "the generator on version 4")
         from rl.learner.checkpoints import LearnerCheckpoints
 
@@ -91,4 +88,17 @@ def test_a_short_run_of_all_three_roles_consumes_every_batch_once_under_its_mode
             else:
                 assert all(0 <= step - 1 - v <= 1 for v in versions), (step, versions)  # within max_staleness
     finally:
-        sarl("cancel", str(run), cwd=workdir, check=False)
+        sarl("cancel", str(run), cwd=folder, check=False)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_short_sync_run_and_a_short_async_run_of_all_three_roles_consume_every_batch_once(
+    workdir: Path, tiny_model: Path, slurm: None
+) -> None:
+    """Both runs side by side (each mostly waits on its other roles)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        for f in [pool.submit(_run_and_check, workdir, tiny_model, mode) for mode in ("sync", "async")]:
+            f.result()

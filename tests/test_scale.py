@@ -46,7 +46,7 @@ max_tokens = 8
 @pytest.mark.slow
 def test_scaling_rollout_workers_mid_run_loses_and_doubles_no_episode(workdir: Path, tiny_model: Path) -> None:
     write_tasks(workdir / "tasks.jsonl", generate("arithmetic", 6, seed=3))
-    groups = 48
+    groups = 32
     sarl("submit", str(write_config(workdir, _config(tiny_model, workdir / "tasks.jsonl", groups))), cwd=workdir)
     run = workdir / "runs" / "s"
     store = Store(run / "store.zarr")

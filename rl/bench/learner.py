@@ -180,7 +180,7 @@ def _run_side(side: str, n: int, max_len: int, micro: int, steps: int, dtype: st
 def bench_learner(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     from tqdm import tqdm
 
-    n, max_len, micro, steps = (4, 128, 2, 2) if args.quick else (8, 256, 2, 4)
+    n, max_len, micro, steps = (2, 96, 1, 1) if args.quick else (8, 256, 2, 4)
     dtype = args.dtype
     r: dict[str, Any] = {"samples_per_step": n, "max_len": max_len, "micro_batches": micro, "timed_steps": steps}
     r["dtype"] = dtype
