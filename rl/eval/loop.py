@@ -54,8 +54,8 @@ class Evaluator:
                         log.warning("version %d not evaluated: %s", v, e)
                         self._record(v, {"skipped": f"{type(e).__name__}: {e}"})
                         continue
-                    s = play(self.run_dir, self.cfg, own.client, "own", tasks, str(self.ec.tasks_file), v,
-                             self.ec.n, self.ec.k, self.ec.concurrency)  # fmt: skip
+                    s = play(self.run_dir, self.cfg, own.client, "own", own.engine_cfg.max_model_len, tasks,
+                             str(self.ec.tasks_file), v, self.ec.n, self.ec.k, self.ec.concurrency)  # fmt: skip
                     self._record(v, {k: s[k] for k in s if k.startswith(("pass@", "se@")) or k == "failures"})
                     if tb is not None:
                         self._curves(tb, v, s)

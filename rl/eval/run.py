@@ -139,16 +139,16 @@ class OwnEngine:
 
 
 @contextlib.contextmanager
-def _policy(run_dir: Path, cfg: Any, version: int, engine_choice: str) -> Iterator[tuple[Any, str]]:
-    """A GeneratorClient on generators serving `version`: the run's live
-    ones when they all serve it (engine_choice auto or live), else an
-    engine started here (auto or own)."""
+def _policy(run_dir: Path, cfg: Any, version: int, engine_choice: str) -> Iterator[tuple[Any, str, int]]:
+    """(a GeneratorClient on generators serving `version`, which, their
+    max_model_len): the run's live ones when they all serve it
+    (engine_choice auto or live), else an engine started here (auto or own)."""
     from rl.generator.client import GeneratorClient
     from rl.generator.endpoint import read_endpoints
 
     live = read_endpoints(run_dir, stale_s=30, now=time.time())
     if engine_choice != "own" and live and all(e.version == version for e in live):
-        yield GeneratorClient(run_dir, max_inflight=64), "live"
+        yield GeneratorClient(run_dir, max_inflight=64), "live", cfg.generator.engine.max_model_len
         return
     if engine_choice == "live":
         served = sorted({e.version for e in live})
@@ -156,7 +156,7 @@ def _policy(run_dir: Path, cfg: Any, version: int, engine_choice: str) -> Iterat
     with OwnEngine(run_dir, cfg) as own:
         if version > 0:
             own.serve(version)
-        yield own.client, "own"
+        yield own.client, "own", own.engine_cfg.max_model_len
 
 
 def eval_agent(cfg: Any) -> Any:
@@ -192,8 +192,8 @@ def evaluate(
         version = weights.latest() or 0
     if version > 0 and version not in weights.versions():
         raise EvalError(f"--version {version}: not in the store (it has {weights.versions() or 'none'})")
-    with _policy(rd.path, cfg, version, engine) as (client, how):
-        return play(rd.path, cfg, client, how, tasks, tasks_name, version, n, ks, concurrency, progress, agent)
+    with _policy(rd.path, cfg, version, engine) as (client, how, max_len):
+        return play(rd.path, cfg, client, how, max_len, tasks, tasks_name, version, n, ks, concurrency, progress, agent)
 
 
 def play(
@@ -201,6 +201,7 @@ def play(
     cfg: Any,
     client: Any,
     how: str,
+    max_len: int,
     tasks: list[Task],
     tasks_name: str,
     version: int,
@@ -227,7 +228,6 @@ def play(
             agent = type(agent).model_validate({**agent.model_dump(), **agent_changes})
         except ValidationError as e:
             raise EvalError(f"agent: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
-    max_len = cfg.generator.engine.max_model_len if cfg.generator is not None else 4096
     tokenizer = load_tokenizer(checkpoint(cfg.model))
     t0 = time.monotonic()
     with (
