@@ -72,7 +72,7 @@ max_model_len = 1024
     run = workdir / "runs" / "e"
     try:
         sarl("cancel", str(run), cwd=workdir)  # first: the engine started by sarl eval
-        small = ["--max-tokens", "16", "--max-turns", "2"]
+        small = ["--max-tokens", "8", "--max-turns", "2"]
         out = sarl("eval", str(run), "--tasks", "held.jsonl", "-n", "2", "--engine", "own", *small, "--json",
                    cwd=workdir, timeout=900)  # fmt: skip
         own = json.loads(out.stdout)

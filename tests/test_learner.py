@@ -201,7 +201,7 @@ def _learner_pid(run: Path) -> int | None:
 
 @pytest.mark.slow
 def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path) -> None:
-    steps = 8
+    steps = 6
     straight = _start(workdir, "straight", tiny_model, steps)
     wait_for(lambda: _state(straight).get("done"), 600, "the uninterrupted learner")
     killed = _start(workdir, "killed", tiny_model, steps)
