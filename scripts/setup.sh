@@ -14,7 +14,7 @@ if [ ! -x .venv/bin/python ]; then
   if ! "$PY" -m venv .venv 2>/dev/null; then
     rm -rf .venv
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+      apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq python3-venv >/dev/null
       "$PY" -m venv .venv
     else
       echo "setup: '$PY -m venv' failed; install python3-venv" >&2; exit 1

@@ -45,8 +45,8 @@ done
 if [ ${#need[@]} -gt 0 ]; then
   log "installing Debian packages (missing: ${need[*]})"
   export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq slurmctld slurmd slurm-client slurmdbd munge mariadb-server >/dev/null
+  apt-get -o DPkg::Lock::Timeout=600 update -qq
+  apt-get -o DPkg::Lock::Timeout=600 install -y -qq slurmctld slurmd slurm-client slurmdbd munge mariadb-server >/dev/null
 fi
 
 mkdir -p "$STATE"/{pids,log,ctld,d,mysql-run,gpu}

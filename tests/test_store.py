@@ -139,15 +139,18 @@ def test_writer_killed_mid_batch_leaves_nothing_visible_and_recommits_once(tmp_p
     folder = tmp_path / "rollouts" / "w0"
     # big batches (about 60 MB each) so that the kill lands while one is written
     p = _spawn("writer", str(tmp_path), "w0", "6", "4", "1500000")
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if (
-            folder.is_dir()
-            and any(".tmp-" in n for n in os.listdir(folder))
-            and any(n.isdigit() for n in os.listdir(folder))
-        ):
+    # The writer is frozen (SIGSTOP) before the folder is looked at, so what is seen is
+    # what the kill leaves; a batch that was renamed in between lets it go on and retry.
+    deadline = time.time() + 120
+    while time.time() < deadline and p.poll() is None:
+        time.sleep(0.005)
+        if not folder.is_dir():
+            continue
+        p.send_signal(signal.SIGSTOP)
+        names = os.listdir(folder)
+        if any(".tmp-" in n for n in names) and any(n.isdigit() for n in names):
             break
-        time.sleep(0.001)
+        p.send_signal(signal.SIGCONT)
     p.send_signal(signal.SIGKILL)
     p.wait()
     leftovers = [n for n in os.listdir(folder) if ".tmp-" in n]
