@@ -18,7 +18,7 @@ import importlib
 import sys
 
 GROUPS = (
-    "jobs.cli_run",  # submit, status, cancel, resume, scale, report
+    "jobs.cli_run",  # submit, status, cancel, resume, scale, report, export
     "jobs.cli_config",  # config show, config schema
     "jobs.cli_store",  # store inspect
     "jobs.cli_sandbox",  # sandbox run

@@ -1,4 +1,4 @@
-"""`sarl submit | status | cancel | resume`: a run's jobs."""
+"""`sarl submit | status | cancel | resume | scale | report | export`: a run's jobs and results."""
 
 from __future__ import annotations
 
@@ -48,6 +48,25 @@ def add_commands(sub: Any) -> None:
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     q.add_argument("-o", "--output", type=Path, help="folder (default: RUN_DIR/report)")
     q.set_defaults(handler=report)
+
+    q = sub.add_parser("export", help="write a weight version as a Hugging Face checkpoint folder")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="new folder to write")
+    q.add_argument("--version", type=int, default=None, help="weight version (default: the newest)")
+    q.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    q.set_defaults(handler=export)
+
+
+def export(args: argparse.Namespace) -> int:
+    from jobs.output import emit_json
+    from rl.run.export import export as export_version
+
+    done = export_version(run_dir(args.run_dir).path, args.output, args.version)
+    if args.json:
+        emit_json(done)
+    else:
+        print(f"version {done['version']} of {done['run']} -> {done['folder']}")
+    return 0
 
 
 def scale(args: argparse.Namespace) -> int:
