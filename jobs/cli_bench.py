@@ -51,6 +51,16 @@ def add_commands(sub: Any) -> None:
         "2 samples of 96 tokens, 1 timed step",
     )
     b.add_argument("--dtype", choices=["bfloat16", "float32"], default="float32")
+    b = bench(
+        "learn",
+        "held-out pass@1 of the base model, after the quickstart's SFT warm start, and after its RL",
+        "tiny counts and the HF engine: the whole chain in minutes, no learning claim",
+    )
+    b.add_argument("--dir", type=Path, default=None, help="a new folder for the runs (default: ./bench-learn)")
+    b.add_argument("--tasks", type=int, default=500, help="generated tasks, before the split")
+    b.add_argument("--held-out", type=float, default=0.3, help="fraction of them held out")
+    b.add_argument("--seed", type=int, default=1)
+    b.add_argument("--keep", action="store_true", help="keep the runs' weights and checkpoints (GBs)")
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
     b.add_argument("--tasks", type=int, default=1000)
     b.add_argument("--partition", default=None)

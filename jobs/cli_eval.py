@@ -24,6 +24,11 @@ def add_commands(sub: Any) -> None:
         help="live: the run's generators (they must serve the version); own: start an engine here; "
         "auto: live when they serve the version, else own",
     )
+    q.add_argument(
+        "--backend",
+        choices=("vllm", "hf"),
+        help="the engine of its own (default: the run's generator engine, else vllm); hf starts in seconds",
+    )
     q.add_argument("--max-tokens", type=int, help="tokens per reply (default: the run's agent)")
     q.add_argument("--max-turns", type=int, help="replies per episode (default: the run's agent)")
     q.add_argument("--temperature", type=float, help="sampling temperature (default: the run's agent)")
@@ -54,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     agent = {k: v for k, v in (("max_tokens", args.max_tokens), ("max_turns", args.max_turns),
                                 ("temperature", args.temperature)) if v is not None}  # fmt: skip
     summary = evaluate(rd.path, tasks, str(args.tasks), args.version, args.n, ks, args.concurrency, args.engine,
-                       progress=bar.update, agent=agent)  # fmt: skip
+                       progress=bar.update, agent=agent, backend=args.backend)  # fmt: skip
     bar.close()
     if args.json:
         emit_json(summary)

@@ -5,7 +5,8 @@ version in the store if there is one, and serves over HTTP. Every `poll_s`
 it announces itself in `endpoints/generator-NNNNNN.json` (address, port,
 loaded version, queue) and looks for a newer version, which it loads into the
 live engine between batches. Restarted (requeue, resume), it starts over
-from the newest version: a generator has no state to lose.
+from the newest version: a generator has no state to lose. In a run with a
+learner it ends, done, once the learner and every rollout worker are done.
 
 TensorBoard (`RUN/tb/generator-NNNNNN/`, step: seconds since the task
 started): the loaded version, queued requests, prompts served, tokens per
@@ -29,6 +30,21 @@ from rl.run.rundir import RunDir
 from rl.store import StoreError
 
 log = logging.getLogger("sarl.generator")
+
+
+def _training_over(rd: RunDir, cfg: Config) -> bool:
+    """In a run with a learner, the generators' work ends with the learner's
+    and every rollout worker's; a run of generators alone serves on (until
+    `serve_s`). The rollout count is read afresh: `sarl scale` changes it."""
+    from rl.fsio import read_json
+
+    def done(role: str, task: int) -> bool:
+        return bool((read_json(rd.state_path(role, task)) or {}).get("done"))
+
+    if cfg.learner is None or not done("learner", 0):
+        return False
+    now = rd.config()
+    return now.rollout is None or all(done("rollout", t) for t in range(now.rollout.tasks))
 
 
 def host_address() -> str:
@@ -159,6 +175,9 @@ class Generator(Role):
                         swap = {"version": latest, "held_s": round(held, 3), "at": time.time()}
                         swaps = [*self.state.get("swaps", []), swap]
                         self.commit(version=latest, served=health["served"], swaps=swaps[-20:])
+                if _training_over(rd, cfg):
+                    log.info("the learner and every rollout worker are done: the generator ends")
+                    break
                 time.sleep(role_cfg.poll_s)
         finally:
             if tb is not None:

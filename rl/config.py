@@ -12,6 +12,7 @@ jobs are scheduled, not what the run computes. Any other difference is refused.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -142,6 +143,12 @@ class Config(Section):
                 f"learner.micro_batches = {lc.micro_batches} is not a multiple of the {ranks} ranks "
                 "(job.nodes x job.tasks_per_node): each rank takes the same number of micro-batches"
             )
+        if lc.train_top_layers is not None:
+            blocks = _decoder_blocks(self.model.path)
+            if blocks is not None and lc.train_top_layers > blocks:
+                raise ValueError(
+                    f"learner.train_top_layers = {lc.train_top_layers}: {self.model.path} has {blocks} decoder blocks"
+                )
         if self.run.mode == "sync" and lc.publish_every != 1:
             raise ValueError(
                 f"learner.publish_every = {lc.publish_every}: run.mode = 'sync' trains step N + 1 "
@@ -274,6 +281,18 @@ def _format_errors(err: ValidationError, source: str, raw: dict[str, Any]) -> st
         key = ".".join(loc)
         lines.append(f"{source}: {key}: {msg}" if loc else f"{source}: {msg}")
     return "\n".join(lines)
+
+
+def _decoder_blocks(model_path: str) -> int | None:
+    """The number of decoder blocks of a model, from its config.json
+    (SmolLM2-135M, the built-in model: 30); None when it does not say."""
+    if model_path == "smollm2-135m-instruct":
+        return 30
+    try:
+        n = json.loads((Path(model_path) / "config.json").read_text()).get("num_hidden_layers")
+    except (OSError, ValueError):
+        return None
+    return n if isinstance(n, int) else None
 
 
 def load_config(

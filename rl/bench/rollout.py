@@ -22,7 +22,6 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,31 +49,17 @@ def _config(root: Path, name: str, tasks_file: Path, groups: int, concurrency: i
 
 def _measure(engine: Any, cfg: Any, c: int) -> dict[str, Any]:
     """One worker at concurrency `c` against a generator service on `engine`."""
-    from rl.generator.endpoint import Endpoint, announce, run_secret
-    from rl.generator.service import GeneratorServer
+    from rl.generator.inprocess import serving
     from rl.rollout.worker import Worker
 
     run_dir = cfg.run_dir
     (run_dir / "endpoints").mkdir(parents=True)
-    server = GeneratorServer(engine, bind="127.0.0.1", token=run_secret(run_dir)).start()
-    stop = threading.Event()
-
-    def keep_announcing() -> None:  # what the generator role does every poll
-        while not stop.is_set():
-            h = server.health()
-            ep = Endpoint(0, "127.0.0.1", server.port, h["version"], h["queued"], time.time(), backend="vllm")
-            announce(run_dir, ep)
-            stop.wait(2.0)
-
-    threading.Thread(target=keep_announcing, daemon=True).start()
     state: dict[str, Any] = {}
     worker = Worker(run_dir, cfg, cfg.rollout, 0, state, save=lambda **kw: state.update(kw))
-    busy0 = server.health()["generate_s"]
-    try:
+    with serving(engine, run_dir) as server:
+        busy0 = server.health()["generate_s"]
         worker.run()
-    finally:
-        stop.set()
-        server.stop()
+        busy = server.health()["generate_s"] - busy0
     wall = worker.loop_s
     busy = server.health()["generate_s"] - busy0
     reader = worker.store.reader()

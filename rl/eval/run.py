@@ -17,11 +17,9 @@ where rollout workers would find it).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -99,25 +97,12 @@ class OwnEngine:
 
         from rl.engine import make_engine
         from rl.generator.client import GeneratorClient
-        from rl.generator.endpoint import Endpoint, announce, run_secret
-        from rl.generator.service import GeneratorServer
+        from rl.generator.inprocess import serving
 
         engine = make_engine(self.engine_cfg, self.cfg.model, seed=self.cfg.run.seed)
         self.stack.callback(engine.close)
-        private = self.stack.enter_context(tempfile.TemporaryDirectory(prefix=".engine-", dir=self.run_dir))
-        self.server = GeneratorServer(engine, bind="127.0.0.1", token=run_secret(private)).start()
-        self.stack.callback(self.server.stop)
-        stop = threading.Event()
-        self.stack.callback(stop.set)
-
-        def keep_announcing() -> None:
-            while not stop.is_set():
-                h = self.server.health()
-                ep = Endpoint(0, "127.0.0.1", self.server.port, h["version"], h["queued"], time.time())
-                announce(private, dataclasses.replace(ep, backend=engine.backend))
-                stop.wait(2.0)
-
-        threading.Thread(target=keep_announcing, daemon=True).start()
+        private = Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix=".engine-", dir=self.run_dir)))
+        self.server = self.stack.enter_context(serving(engine, private))
         self.client = GeneratorClient(private, max_inflight=64)
         return self
 
@@ -139,7 +124,9 @@ class OwnEngine:
 
 
 @contextlib.contextmanager
-def _policy(run_dir: Path, cfg: Any, version: int, engine_choice: str) -> Iterator[tuple[Any, str, int]]:
+def _policy(
+    run_dir: Path, cfg: Any, version: int, engine_choice: str, backend: str | None = None
+) -> Iterator[tuple[Any, str, int]]:
     """(a GeneratorClient on generators serving `version`, which, their
     max_model_len): the run's live ones when they all serve it
     (engine_choice auto or live), else an engine started here (auto or own)."""
@@ -153,7 +140,12 @@ def _policy(run_dir: Path, cfg: Any, version: int, engine_choice: str) -> Iterat
     if engine_choice == "live":
         served = sorted({e.version for e in live})
         raise EvalError(f"no live generator serves version {version} (live ones serve {served or 'nothing'})")
-    with OwnEngine(run_dir, cfg) as own:
+    engine_cfg = None
+    if backend is not None:  # else the run's generator engine, or vLLM
+        from rl.engine.config import HFEngineConfig, VLLMEngineConfig
+
+        engine_cfg = HFEngineConfig() if backend == "hf" else VLLMEngineConfig()
+    with OwnEngine(run_dir, cfg, engine_cfg) as own:
         if version > 0:
             own.serve(version)
         yield own.client, "own", own.engine_cfg.max_model_len
@@ -179,8 +171,10 @@ def evaluate(
     engine: str = "auto",
     progress: Callable[[], None] | None = None,
     agent: dict[str, Any] | None = None,
+    backend: str | None = None,
 ) -> dict[str, Any]:
-    """`sarl eval`: one version, on live generators or an engine of its own;
+    """`sarl eval`: one version, on live generators or an engine of its own
+    (`backend` vllm or hf; default: the run's generator engine, else vLLM);
     `agent` changes fields of the agent played (max_tokens, ...)."""
     from rl.run.rundir import RunDir
     from rl.store import Store
@@ -192,7 +186,7 @@ def evaluate(
         version = weights.latest() or 0
     if version > 0 and version not in weights.versions():
         raise EvalError(f"--version {version}: not in the store (it has {weights.versions() or 'none'})")
-    with _policy(rd.path, cfg, version, engine) as (client, how, max_len):
+    with _policy(rd.path, cfg, version, engine, backend) as (client, how, max_len):
         return play(rd.path, cfg, client, how, max_len, tasks, tasks_name, version, n, ks, concurrency, progress, agent)
 
 

@@ -96,6 +96,10 @@ class LearnerRole(RoleConfig):
     """Seconds between looks at the store while waiting for rollouts."""
     threads: int = Field(0, ge=0, json_schema_extra=SAFE)
     """torch intra-op threads (0: torch's default)."""
+    train_top_layers: int | None = Field(None, ge=1)
+    """Train only the top N decoder blocks and the final norm; None: every
+    weight. Frozen blocks cost no backward pass and no optimizer state: on
+    CPUs and small budgets, a step takes about half the time."""
 
     @model_validator(mode="after")
     def _check(self) -> LearnerRole:

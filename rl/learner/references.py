@@ -12,6 +12,7 @@ interrupted one would have, with no cursor of its own.
 
 from __future__ import annotations
 
+import ast
 import random
 from typing import Any
 
@@ -25,7 +26,31 @@ from rl.tasks.format import Task, read_tasks
 
 
 def reference_reply(task: Task) -> str:
-    return "```python\n" + (task.prompt + task.reference).strip("\n") + "\n```"
+    """The whole function in a python block, without the entry point's
+    docstring: the model need not copy the task back (on generated tasks
+    the docstring was half of each reply's tokens)."""
+    return "```python\n" + _without_docstring((task.prompt + task.reference).strip("\n"), task.entry_point) + "\n```"
+
+
+def _without_docstring(code: str, name: str) -> str:
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return code
+    lines = code.splitlines()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name and len(node.body) > 1:
+            doc = node.body[0]
+            if not (
+                isinstance(doc, ast.Expr) and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)
+            ):
+                return code
+            end = doc.end_lineno or doc.lineno
+            # only a docstring that has its lines to itself
+            if lines[doc.lineno - 1].strip()[:1] in "\"'rRuUbBfF" and lines[end - 1].rstrip().endswith(('"', "'")):
+                return "\n".join(lines[: doc.lineno - 1] + lines[end:])
+            return code
+    return code
 
 
 class References:

@@ -44,6 +44,44 @@ def _schedule(lc: LearnerRole) -> Any:
     return factor
 
 
+def token_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor) -> tuple[Any, Any, Any]:
+    """(log-probs of tokens 1..T-1 given those before, the summed entropy
+    where tokens are trained, the positions computed). The vocabulary
+    projection and softmax run only at positions where some row trains a
+    token: over prompts they were most of a step's time and memory (49k
+    logits a position). Elsewhere the log-probs are 0, and masked out."""
+    trained = mask[:, 1:] > 0  # the logits at position p predict token p + 1
+    keep = trained.any(0).nonzero().squeeze(-1)
+    if keep.numel() == 0:  # nothing trained (a weight-0 pass): one position keeps the graph
+        keep = torch.tensor([ids.shape[1] - 2], device=ids.device)
+    target = ids[:, 1:].index_select(1, keep)[..., None]
+    kept = torch.log_softmax(model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits.float(), -1)
+    logp = torch.zeros(ids.shape[0], ids.shape[1] - 1, device=ids.device)
+    logp = logp.index_copy(1, keep, kept.gather(-1, target).squeeze(-1))
+    with torch.no_grad():  # the policy's entropy where it sampled
+        rows = kept[trained.index_select(1, keep)]
+        entropy = -(rows.exp() * rows).sum(-1).sum()
+    return logp, entropy, keep
+
+
+def freeze_below(model: Any, top: int) -> None:
+    """Train only the top `top` decoder blocks and the final norm. Autograd
+    then stops at the lowest trained block: the frozen blocks cost a forward
+    pass and no backward, and their weights no optimizer state. The
+    embeddings stay frozen (SmolLM2 ties them to the output layer)."""
+    blocks = getattr(getattr(model, "model", None), "layers", None)
+    if blocks is None:
+        raise ValueError(f"learner.train_top_layers: {type(model).__name__} has no model.layers to choose from")
+    if not 1 <= top <= len(blocks):
+        raise ValueError(f"learner.train_top_layers = {top}: the model has {len(blocks)} decoder blocks")
+    model.requires_grad_(False)
+    for block in blocks[len(blocks) - top :]:
+        block.requires_grad_(True)
+    norm = getattr(model.model, "norm", None)
+    if norm is not None:
+        norm.requires_grad_(True)
+
+
 class Trainer:
     def __init__(self, model_path: str, lc: LearnerRole):
         import deepspeed
@@ -61,8 +99,11 @@ class Trainer:
         if lc.loss.kl_coef > 0:  # the base model, frozen: what the KL term pulls towards
             self.reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
             self.reference.requires_grad_(False)
+        if lc.train_top_layers is not None:
+            freeze_below(model, lc.train_top_layers)
         o = lc.optimizer
-        opt = torch.optim.AdamW(model.parameters(), lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(lc))
         ds_config = {
             "train_micro_batch_size_per_gpu": 1,
@@ -98,18 +139,11 @@ class Trainer:
             behaviour[i, :k] = torch.from_numpy(np.array(s.logprobs, dtype=np.float32))
         dev = self.engine.device
         ids, attn, mask, behaviour = ids.to(dev), attn.to(dev), mask.to(dev), behaviour.to(dev)
-        logits = self.engine(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-        all_logp = torch.log_softmax(logits, dim=-1)
-        logp = all_logp.gather(-1, ids[:, 1:, None]).squeeze(-1)
-        trained = mask[:, 1:] > 0
-        with torch.no_grad():  # the policy's entropy where it sampled (the prompt's would cost as much again)
-            rows = all_logp[trained]
-            entropy = -(rows.exp() * rows).sum(-1).sum()
+        logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask)
         out = {"logp": logp, "mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "entropy_sum": entropy}
         if self.reference is not None:
             with torch.no_grad():
-                ref = torch.log_softmax(self.reference(input_ids=ids, attention_mask=attn).logits[:, :-1].float(), -1)
-            out["ref_logp"] = ref.gather(-1, ids[:, 1:, None]).squeeze(-1)
+                out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask)[0]
         return out
 
     # ------------------------------------------------------------------ step

@@ -1,0 +1,149 @@
+"""`sarl bench learn`: does the quickstart's post-training help, and by how much?
+
+It plays scripts/quickstart.sh's commands with its two configs: generated
+tasks split into train and held-out; `examples/quickstart-sft.toml`, a warm
+start on the training tasks' references; `sarl export`; then
+`examples/quickstart-rl.toml`, RL from the warm start on the same training
+tasks. Held-out pass@1 (greedy, one sample per task, standard error over
+tasks) is measured on the base model (version 0 of the first run), after the
+warm start and after RL, on the generated held-out tasks and on a held-out
+half of HumanEval that no run trains on.
+
+Every step is the `sarl` command a user would type, in a folder of its own,
+with its output in `logs/`. `--quick` shrinks every number so that the whole
+chain runs in minutes (its figures say nothing about learning).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rl.errors import SarlError
+
+REPO = Path(__file__).resolve().parents[2]
+SFT_CONFIG = REPO / "examples" / "quickstart-sft.toml"
+RL_CONFIG = REPO / "examples" / "quickstart-rl.toml"
+
+# --quick: every count small, the HF engine (it starts in a second, vLLM in 40)
+QUICK_TASKS, QUICK_HELD_OUT = 66, 0.5  # one task per family and level on each side
+QUICK_SFT = ["learner.steps=2", "learner.samples_per_step=4", "learner.micro_batches=1", "learner.publish_every=1"]
+QUICK_RL = [
+    "learner.steps=2",
+    "learner.samples_per_step=4",
+    "learner.micro_batches=1",
+    "rollout.groups=2",
+    "rollout.groups_per_step=1",
+    "rollout.group_size=4",
+    "rollout.agent.max_turns=1",
+    "rollout.agent.max_tokens=16",
+    'generator.engine={type="hf", max_model_len=1024}',
+]
+QUICK_EVAL = ["--max-tokens", "16", "--max-turns", "1", "--backend", "hf"]
+
+
+class _Steps:
+    """Runs `sarl` commands in `work`, each one's output in logs/NN-name.txt."""
+
+    def __init__(self, work: Path):
+        self.work, self.n = work, 0
+        (work / "logs").mkdir(parents=True, exist_ok=True)
+        self.sarl = str(Path(sys.executable).with_name("sarl"))
+
+    def __call__(self, name: str, *args: str) -> str:
+        self.n += 1
+        log = self.work / "logs" / f"{self.n:02d}-{name}.txt"
+        print(f"bench learn: sarl {' '.join(args)}", file=sys.stderr, flush=True)
+        p = subprocess.run([self.sarl, *args], cwd=self.work, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        log.write_text(f"$ sarl {' '.join(args)}\n{p.stdout}\n--- stderr\n{p.stderr}")
+        if p.returncode != 0:
+            tail = "\n".join(p.stderr.strip().splitlines()[-15:])
+            raise SarlError(f"bench learn: `sarl {' '.join(args)}` failed ({log}):\n{tail}")
+        return p.stdout
+
+    def eval(self, run: str, tasks: str, version: int | None, extra: list[str]) -> dict[str, Any]:
+        args = ["eval", run, "--tasks", tasks, "--temperature", "0", "-n", "1", "--json", *extra]
+        if version is not None:
+            args += ["--version", str(version)]
+        return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}", *args))
+
+
+def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
+    t0 = time.perf_counter()
+    work = Path(args.dir or "bench-learn").resolve()
+    if work.exists():
+        raise SarlError(f"bench learn: {work} exists; give a new --dir")
+    work.mkdir(parents=True)
+    sh = _Steps(work)
+    quick = bool(args.quick)
+    n_tasks, held = (QUICK_TASKS, QUICK_HELD_OUT) if quick else (args.tasks, args.held_out)
+    sh("tasks", "tasks", "generate", "--family", "all", "-n", str(n_tasks), "--seed", str(args.seed), "-o", "gen.jsonl")
+    sh("split", "tasks", "split", "gen.jsonl", "--held-out", str(held), "--seed", str(args.seed))
+    sh("humaneval", "tasks", "import", "humaneval", "-o", "humaneval.jsonl")
+    sh("humaneval-split", "tasks", "split", "humaneval.jsonl", "--held-out", "0.5", "--seed", str(args.seed))
+    he_held = "humaneval.heldout.jsonl"
+    if quick:  # a few held-out tasks are enough to run the chain
+        for name in ("gen.heldout.jsonl", he_held):
+            lines = (work / name).read_text().splitlines()[:6]
+            (work / name).write_text("\n".join(lines) + "\n")
+
+    common = ["--cluster", "local", "--set", 'run.root="runs"']
+    sft_set = [x for o in (QUICK_SFT if quick else []) for x in ("--set", o)]
+    sh("submit-sft", "submit", str(SFT_CONFIG), *common, *sft_set,
+       "--set", 'learner.loss.tasks_file="gen.train.jsonl"')  # fmt: skip
+    sh("wait-sft", "status", "runs/quickstart-sft", "--wait")
+    sh("export", "export", "runs/quickstart-sft", "-o", "runs/quickstart-sft/model", "--json")
+    t_sft = time.perf_counter()
+    rl_set = [x for o in (QUICK_RL if quick else []) for x in ("--set", o)]
+    sh("submit-rl", "submit", str(RL_CONFIG), *common, *rl_set,
+       "--set", 'model.path="runs/quickstart-sft/model"',
+       "--set", 'rollout.tasks_file=["gen.train.jsonl"]')  # fmt: skip
+    sh("wait-rl", "status", "runs/quickstart-rl", "--wait")
+    t_rl = time.perf_counter()
+
+    extra = QUICK_EVAL if quick else []
+    r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks}
+    for key, tasks in (("", "gen.heldout.jsonl"), ("humaneval_", he_held)):
+        before = sh.eval("runs/quickstart-sft", tasks, 0, extra)
+        sft = sh.eval("runs/quickstart-sft", tasks, None, extra)
+        after = sh.eval("runs/quickstart-rl", tasks, None, extra)
+        r[f"{key}pass1_before"], r[f"{key}se_before"] = before["pass@1"], before["se@1"]
+        r[f"{key}pass1_sft"], r[f"{key}se_sft"] = sft["pass@1"], sft["se@1"]
+        r[f"{key}pass1_after"], r[f"{key}se_after"] = after["pass@1"], after["se@1"]
+        r[f"{key}gain"] = after["pass@1"] - before["pass@1"]
+        r[f"{key}gain_se"] = (before["se@1"] ** 2 + after["se@1"] ** 2) ** 0.5
+        r[f"{key}tasks"] = after["tasks"]
+    r["minutes_sft"] = (t_sft - t0) / 60
+    r["minutes_rl"] = (t_rl - t_sft) / 60
+    r["minutes"] = (time.perf_counter() - t0) / 60  # the evaluations included
+    r["folder"] = str(work)
+    r = {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
+    if not args.keep:
+        for run in ("quickstart-sft", "quickstart-rl"):  # the weights and checkpoints: GBs
+            shutil.rmtree(work / "runs" / run / "store.zarr", ignore_errors=True)
+            shutil.rmtree(work / "runs" / run / "checkpoints" / "learner", ignore_errors=True)
+    return r, _lines(r)
+
+
+def _lines(r: dict[str, Any]) -> list[str]:
+    def row(name: str, key: str) -> str:
+        cells = [f"{r[f'{key}pass1_{s}']:.3f} +- {r[f'{key}se_{s}']:.3f}" for s in ("before", "sft", "after")]
+        gain = f"{r[f'{key}gain'] * 100:+.1f} points ({r[f'{key}gain'] / max(r[f'{key}gain_se'], 1e-9):.1f} se)"
+        return f"  {name:<22} {cells[0]:>15} {cells[1]:>15} {cells[2]:>15}   {gain}"
+
+    return [
+        f"learn: held-out pass@1 (greedy), base -> SFT warm start -> RL, {r['minutes']:.1f} min in all "
+        f"(SFT {r['minutes_sft']:.1f}, RL {r['minutes_rl']:.1f})"
+        + (" [--quick: not a measurement]" if r["quick"] else ""),
+        f"  {'':<22} {'base':>15} {'SFT':>15} {'SFT + RL':>15}   gain (target: +10 points, >= 2 se)",
+        row(f"generated ({r['tasks']})", ""),
+        row(f"HumanEval ({r['humaneval_tasks']})", "humaneval_") + "  (target: no drop beyond 1 se)",
+        f"  runs, logs and TensorBoard: {r['folder']}",
+    ]
