@@ -58,7 +58,7 @@ def add_commands(sub: Any) -> None:
     )
     b.add_argument("--dir", type=Path, default=None, help="a new folder for the runs (default: ./bench-learn)")
     b.add_argument("--tasks", type=int, default=500, help="generated tasks, before the split")
-    b.add_argument("--held-out", type=float, default=0.3, help="fraction of them held out")
+    b.add_argument("--held-out", type=float, default=0.13, help="fraction of them held out (0.13 of 500: 66 tasks, 6 per family)")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--keep", action="store_true", help="keep the runs' weights and checkpoints (GBs)")
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
