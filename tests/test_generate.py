@@ -609,13 +609,14 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
 
 
 def test_bench_generate_reports_each_figure_beside_its_baseline(workdir: Path) -> None:
-    proc = sarl("bench", "generate", "--quick", "--json", cwd=workdir, timeout=600)
+    # float32: this CPU decodes bf16 batches 2-3x slower (docs/benchmarks.md); the figures' meaning is the same
+    proc = sarl("bench", "generate", "--quick", "--dtype", "float32", "--json", cwd=workdir, timeout=600)
     r = json.loads(proc.stdout)
     for key in ("vllm_tok_s_b8", "hf_tok_s_b8", "vllm_tok_s_b1", "hf_tok_s_b1", "reload_s", "safetensors_load_s"):
         assert r[key] > 0, key
     assert r["speedup_b8"] == pytest.approx(r["vllm_tok_s_b8"] / r["hf_tok_s_b8"], rel=0.01)
     assert r["reload_ratio"] == pytest.approx(r["reload_s"] / r["safetensors_load_s"], rel=0.01)
-    assert r["weights_mb"] > 200  # SmolLM2-135M in bf16: the real model's weights were reloaded
+    assert r["weights_mb"] > 500  # SmolLM2-135M in float32: the real model's weights were reloaded
 
 
 @pytest.mark.slurm

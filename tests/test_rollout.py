@@ -201,7 +201,7 @@ def test_a_generator_killed_mid_run_costs_retries_not_rewards(workdir: Path, tas
 def test_every_episode_is_committed_once_through_sigkills_and_scancels(
     workdir: Path, tasks_file: Path, slurm: None
 ) -> None:
-    groups, workers = 12, 2
+    groups, workers = 8, 2
     body = _config(tasks_file, groups=groups).replace("[rollout]\n", f"[rollout]\ntasks = {workers}\n")
     sarl("submit", str(write_config(workdir, body)), "--cluster", "slurm", cwd=workdir)
     run = workdir / "runs" / "r"

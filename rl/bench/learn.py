@@ -98,6 +98,8 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
 
     common = ["--cluster", "local", "--set", 'run.root="runs"']
     sft_set = [x for o in (QUICK_SFT if quick else []) for x in ("--set", o)]
+    if args.model:  # another base model than the built-in one
+        sft_set += ["--set", f"model.path={json.dumps(str(Path(args.model).resolve()))}"]
     sh("submit-sft", "submit", str(SFT_CONFIG), *common, *sft_set,
        "--set", 'learner.loss.tasks_file="gen.train.jsonl"')  # fmt: skip
     sh("wait-sft", "status", "runs/quickstart-sft", "--wait")
@@ -111,7 +113,7 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     t_rl = time.perf_counter()
 
     extra = QUICK_EVAL if quick else FULL_EVAL
-    r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks}
+    r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "model": args.model or "smollm2-135m-instruct"}
     for key, tasks in (("", "gen.heldout.jsonl"), ("humaneval_", he_held)):
         before = sh.eval("runs/quickstart-sft", tasks, 0, extra)
         after = sh.eval("runs/quickstart-rl", tasks, None, extra)
