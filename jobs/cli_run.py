@@ -24,7 +24,8 @@ def add_commands(sub: Any) -> None:
     q.add_argument(
         "--wait",
         action="store_true",
-        help="show a progress bar until every task is done or failed; exit 1 if any failed",
+        help="show a progress bar until every task (but generators, which serve the others) is done or failed; "
+        "exit 1 if any failed",
     )
     q.set_defaults(handler=status)
 
@@ -150,10 +151,16 @@ def status(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     st = run_status(rd, store=False)
-    total = sum(r["tasks"] for r in st["roles"].values())
+    # Generators serve the other roles. Once those are all done or failed,
+    # nothing more happens without the user: the generators end by
+    # themselves after a learner that is done, and serve on for a failed one
+    # until `sarl resume` (or `sarl cancel`). A run of generators alone is
+    # waited for whole.
+    waited = [name for name in st["roles"] if name != "generator"] or list(st["roles"])
+    total = sum(st["roles"][name]["tasks"] for name in waited)
     bar = tqdm(total=total, unit="task", desc="tasks done", file=sys.stderr)
     while True:
-        counts = [r["counts"] for r in st["roles"].values()]
+        counts = [st["roles"][name]["counts"] for name in waited]
         done = sum(c["done"] for c in counts)
         failed = sum(c["failed"] for c in counts)
         bar.n = done

@@ -39,3 +39,4 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     # the evaluations' per-task results are in the runs
     assert (sft / "eval" / "v000000" / "gen.heldout" / "results.jsonl").is_file()
     assert not (sft / "store.zarr").exists()  # weights dropped at the end unless --keep
+    assert not list((sft / "checkpoints" / "learner").glob("step-*"))

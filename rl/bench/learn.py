@@ -129,7 +129,8 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     if not args.keep:
         for run in ("quickstart-sft", "quickstart-rl"):  # the weights and checkpoints: GBs
             shutil.rmtree(work / "runs" / run / "store.zarr", ignore_errors=True)
-            shutil.rmtree(work / "runs" / run / "checkpoints" / "learner", ignore_errors=True)
+            for step in (work / "runs" / run / "checkpoints" / "learner").glob("step-*"):  # not the role state
+                shutil.rmtree(step, ignore_errors=True)
     return r, _lines(r)
 
 
