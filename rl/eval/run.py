@@ -103,7 +103,9 @@ class OwnEngine:
         self.stack.callback(engine.close)
         private = Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix=".engine-", dir=self.run_dir)))
         self.server = self.stack.enter_context(serving(engine, private))
-        self.client = GeneratorClient(private, max_inflight=64)
+        # the engine is this process's own: a slow reply is a busy engine, not a lost node (every
+        # episode of a large eval may be queued at once), so the client waits as long as it takes
+        self.client = GeneratorClient(private, max_inflight=64, timeout_s=6 * 3600)
         return self
 
     def serve(self, version: int) -> None:
