@@ -158,6 +158,9 @@ class Generator(Role):
                 )
                 self.state.update(served=health["served"])
                 self.beat(version=engine.version, port=server.port)
+                # read before the newest version: a learner is done only after its last publish,
+                # so a generator that ends here has loaded that version first
+                over = _training_over(rd, cfg)
                 latest = weights.latest()
                 if latest is not None and (loaded is None or latest > loaded) and latest not in refused:
                     try:
@@ -175,7 +178,7 @@ class Generator(Role):
                         swap = {"version": latest, "held_s": round(held, 3), "at": time.time()}
                         swaps = [*self.state.get("swaps", []), swap]
                         self.commit(version=latest, served=health["served"], swaps=swaps[-20:])
-                if _training_over(rd, cfg):
+                if over:
                     log.info("the learner and every rollout worker are done: the generator ends")
                     break
                 time.sleep(role_cfg.poll_s)
