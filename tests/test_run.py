@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import sarl, status, task_state, wait_for, write_config
+from conftest import sarl, task_state, wait_for, write_config
 
 from rl.store import Store
 from rl.tasks.format import write_tasks
@@ -73,7 +73,6 @@ def _run_and_check(workdir: Path, tiny_model: Path, mode: str) -> None:
         # the run ends by itself: the generator's work ends with the learner's and the rollout workers'
         wait_for(lambda: task_state(run, 0, "generator").get("done"), 120, "the generator to end")
         assert task_state(run, 0, "generator")["result"]["version"] == 4
-        assert all(t["status"] == "COMPLETED" for t in status(run)["roles"]["generator"]["detail"])
         from rl.learner.checkpoints import LearnerCheckpoints
 
         ck = LearnerCheckpoints(run).latest()
