@@ -75,6 +75,46 @@ def slurm() -> None:
         pytest.fail("no Slurm answers here: run scripts/slurm-up.sh (as root) first")
 
 
+def _queue() -> list[str]:
+    """Every job the local Slurm holds, in any state (COMPLETING included)."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T %r"], capture_output=True, text=True, timeout=30)
+    return out.stdout.split("\n")[:-1] if out.returncode == 0 else []
+
+
+@pytest.fixture(autouse=True)
+def _slurm_isolated(request: pytest.FixtureRequest) -> Any:
+    """A Slurm test starts on an empty queue and leaves none of its jobs
+    behind: a job left running (or still completing) by one test would hold
+    the node's CPUs and leave the next test's jobs pending."""
+    if request.node.get_closest_marker("slurm") is None or not shutil.which("squeue"):
+        yield
+        return
+    try:
+        wait_for(lambda: not _queue(), 120, "the jobs of an earlier test to leave the queue")
+    except AssertionError as e:
+        pytest.fail(f"{e}: {_queue()}")
+    yield
+    left = [line.split()[0] for line in _queue()]
+    if left:
+        subprocess.run(["scancel", *left], capture_output=True, timeout=30)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+    """A failed test's report carries what a reader needs to tell why: the
+    Slurm queue, and the end of every role log its runs wrote."""
+    report = yield
+    if report.failed and call.when == "call":
+        if item.get_closest_marker("slurm") is not None and shutil.which("squeue"):
+            report.sections.append(("Slurm queue at the failure", "\n".join(_queue()) or "(empty)"))
+        tmp = getattr(item, "funcargs", {}).get("tmp_path")
+        logs = sorted(Path(tmp).glob("**/logs/**/*_log.*"))[-12:] if tmp else []
+        for log in logs:
+            lines = log.read_text(errors="replace").splitlines()[-25:]
+            report.sections.append((f"end of {log.relative_to(tmp)}", "\n".join(lines)))
+    return report
+
+
 @pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path

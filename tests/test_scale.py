@@ -4,6 +4,8 @@ doubling work (real generator, rollout workers, sandboxes, verifier, store)."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 from collections import Counter
 from pathlib import Path
 
@@ -52,8 +54,15 @@ def test_scaling_rollout_workers_mid_run_loses_and_doubles_no_episode(workdir: P
     store = Store(run / "store.zarr")
     try:
         wait_for(lambda: len(store.reader().committed()) >= 2, 300, "the first worker's batches")
-        out = sarl("scale", str(run), "rollout=3", cwd=workdir, timeout=300)
-        before = len(store.reader().committed())
+        # The generator is frozen while the scale runs, so that the first worker cannot finish
+        # its groups before it is cancelled: the scale lands mid-run however slow this machine is.
+        generator = json.loads((run / "heartbeats" / "generator" / "task-000000.json").read_text())["pid"]
+        os.kill(generator, signal.SIGSTOP)
+        try:
+            before = len(store.reader().committed())
+            out = sarl("scale", str(run), "rollout=3", cwd=workdir, timeout=300)
+        finally:
+            os.kill(generator, signal.SIGCONT)
         assert before < groups, "the first worker finished before the scale"
         assert "scaled rollout from 1 to 3 tasks" in out.stderr and "Submitted rollout job" in out.stdout
         wait_for(lambda: all(task_state(run, t, "rollout").get("done") for t in range(3)), 600, "3 workers")
