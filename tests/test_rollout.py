@@ -31,7 +31,10 @@ def tasks_file(workdir: Path) -> Path:
     return path
 
 
-def _config(tasks_file: Path, extra: str = "", generator: bool = True, groups: int = 6) -> str:
+def _config(
+    tasks_file: Path, extra: str = "", generator: bool = True, groups: int = 6, model: Path | None = None
+) -> str:
+    """`model`: the tiny model for the tests whose subject is delivery, not the policy's answers."""
     gen = """
 [generator]
 poll_s = 0.5
@@ -47,6 +50,7 @@ root = "runs"
 type = "local"
 [model]
 dtype = "float32"
+{f'path = "{model}"' if model else ""}
 {gen if generator else ""}
 [rollout]
 tasks_file = "{tasks_file}"
@@ -148,11 +152,10 @@ def _run_to_end(workdir: Path, run: Path, workers: int = 1, timeout: float = 600
 
 
 @pytest.mark.slow
-def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_file: Path) -> None:
+def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_file: Path, tiny_model: Path) -> None:
     # one batch for the whole run, unless a USR2 makes the worker commit early
-    cfg = write_config(
-        workdir, _config(tasks_file, groups=5).replace("concurrency = 4\n", "concurrency = 2\nbatch_groups = 100\n")
-    )
+    body = _config(tasks_file, groups=5, model=tiny_model)
+    cfg = write_config(workdir, body.replace("concurrency = 4\n", "concurrency = 2\nbatch_groups = 100\n"))
     sarl("submit", str(cfg), cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
@@ -174,8 +177,10 @@ def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_fil
 
 
 @pytest.mark.slow
-def test_a_generator_killed_mid_run_costs_retries_not_rewards(workdir: Path, tasks_file: Path) -> None:
-    body = _config(tasks_file, groups=6).replace("[generator]\n", "[generator]\ntasks = 2\n")
+def test_a_generator_killed_mid_run_costs_retries_not_rewards(
+    workdir: Path, tasks_file: Path, tiny_model: Path
+) -> None:
+    body = _config(tasks_file, groups=6, model=tiny_model).replace("[generator]\n", "[generator]\ntasks = 2\n")
     sarl("submit", str(write_config(workdir, body)), cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
@@ -199,10 +204,11 @@ def test_a_generator_killed_mid_run_costs_retries_not_rewards(workdir: Path, tas
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_every_episode_is_committed_once_through_sigkills_and_scancels(
-    workdir: Path, tasks_file: Path, slurm: None
+    workdir: Path, tasks_file: Path, slurm: None, tiny_model: Path
 ) -> None:
     groups, workers = 8, 2
-    body = _config(tasks_file, groups=groups).replace("[rollout]\n", f"[rollout]\ntasks = {workers}\n")
+    body = _config(tasks_file, groups=groups, model=tiny_model)
+    body = body.replace("[rollout]\n", f"[rollout]\ntasks = {workers}\n")
     sarl("submit", str(write_config(workdir, body)), "--cluster", "slurm", cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
@@ -259,14 +265,11 @@ def test_every_episode_is_committed_once_through_sigkills_and_scancels(
 
 
 @pytest.mark.slow
-def test_sync_mode_generates_round_n_with_version_n_alone(workdir: Path, tasks_file: Path) -> None:
+def test_sync_mode_generates_round_n_with_version_n_alone(workdir: Path, tasks_file: Path, tiny_model: Path) -> None:
     """The test publishes version 1 itself, as the learner would after round 0."""
     from safetensors.torch import load_file
 
-    from rl.engine.config import ModelConfig
-    from rl.model import checkpoint
-
-    body = _config(tasks_file, groups=4).replace('name = "r"\n', 'name = "r"\nmode = "sync"\n')
+    body = _config(tasks_file, groups=4, model=tiny_model).replace('name = "r"\n', 'name = "r"\nmode = "sync"\n')
     body = body.replace("concurrency = 4\n", "concurrency = 4\ngroups_per_step = 2\n")
     sarl("submit", str(write_config(workdir, body)), cwd=workdir)
     run = workdir / "runs" / "r"
@@ -277,7 +280,7 @@ def test_sync_mode_generates_round_n_with_version_n_alone(workdir: Path, tasks_f
         state = task_state(run, 0, "rollout")
         assert set(state["planned"]) == {"0", "1"}, state["planned"]
         assert store.weights.latest() is None
-        weights = load_file(str(checkpoint(ModelConfig(dtype="float32")) / "model.safetensors"))
+        weights = load_file(str(tiny_model / "model.safetensors"))
         store.weights.publish(weights, version=1, dtype="float32")
         _run_to_end(workdir, run)
         _assert_exactly_once(run, store, groups=4, group_size=2)

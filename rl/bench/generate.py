@@ -9,7 +9,12 @@ weights, dtype, prompts and sampling, in one process and one run.
   prefix cache dropped), against loading the same weights from a safetensors
   checkpoint folder on the same disk into the same live engine, with vLLM's
   own `reload_weights(weights_path=...)`. A second baseline reads the
-  safetensors file into private torch tensors (a copy of every byte; no engine).
+  safetensors file into private torch tensors (a copy of every byte; no engine);
+* agreement: the two backends' greedy completions of the same prompts (up to
+  40 tokens, stopping at EOS): how many rows have the same tokens and finish
+  reason, and the largest log-prob difference on those rows. A speed ratio
+  means something only if the two compute the same thing; in float32 they
+  must agree on every row, in bf16 kernels' rounding may part them.
 """
 
 from __future__ import annotations
@@ -46,6 +51,20 @@ def _tok_s(engine: Any, prompts: list[list[int]], params: Any, reps: int) -> flo
     return statistics.median(rates)
 
 
+def _greedy(engine: Any, prompts: list[list[int]]) -> list[Any]:
+    from rl.engine.config import SamplingParams
+
+    return [row[0] for row in engine.generate(prompts, SamplingParams(temperature=0, max_tokens=40))]
+
+
+def _agreement(hf: list[Any], vllm: list[Any]) -> tuple[int, float]:
+    """Rows with the same tokens and finish reason, and their largest log-prob difference."""
+    pairs = zip(hf, vllm, strict=True)
+    same = [(h, v) for h, v in pairs if (h.token_ids, h.finish_reason) == (v.token_ids, v.finish_reason)]
+    diff = max((abs(a - b) for h, v in same for a, b in zip(h.logprobs, v.logprobs, strict=True)), default=0.0)
+    return len(same), diff
+
+
 def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The figures, and the lines that show them beside their baselines."""
     import torch
@@ -75,6 +94,7 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     r["hf_tok_s_b1"] = _tok_s(hf, prompts[:1], params, reps)
     bar.update()
     r["hf_tok_s_b8"] = _tok_s(hf, prompts, params, reps)
+    hf_greedy = _greedy(hf, prompts)
     bar.update()
     hf.close()
     del hf
@@ -87,6 +107,8 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     r["vllm_tok_s_b1"] = _tok_s(vllm, prompts[:1], params, reps)
     bar.update()
     r["vllm_tok_s_b8"] = _tok_s(vllm, prompts, params, reps)
+    r["greedy_rows"] = len(prompts)
+    r["greedy_same_rows"], r["greedy_max_logprob_diff"] = _agreement(hf_greedy, _greedy(vllm, prompts))
     bar.update()
 
     with tempfile.TemporaryDirectory(prefix="sarl-bench-generate-", dir=args.dir) as tmp:
@@ -125,7 +147,7 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     r["speedup_b1"] = r["vllm_tok_s_b1"] / r["hf_tok_s_b1"]
     r["speedup_b8"] = r["vllm_tok_s_b8"] / r["hf_tok_s_b8"]
     r["reload_ratio"] = r["reload_s"] / r["safetensors_load_s"]
-    r = {k: round(v, 3) if isinstance(v, float) else v for k, v in r.items()}
+    r = {k: round(v, 3) if isinstance(v, float) and "logprob" not in k else v for k, v in r.items()}
     lines: list[str] = []
     lines.append(f"generate: SmolLM2-135M-Instruct, {args.dtype}, {params.max_tokens} tokens per row, median of {reps}")
     lines.append(
@@ -140,5 +162,9 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
         f"from safetensors {r['safetensors_load_s']:.3f} s   {r['reload_ratio']}x (target <= 2)"
     )
     lines.append(f"  (safetensors file copied into torch tensors, no engine: {r['safetensors_to_torch_s']:.3f} s)")
+    lines.append(
+        f"  greedy agreement: {r['greedy_same_rows']} of {r['greedy_rows']} rows the same tokens, "
+        f"largest log-prob difference {r['greedy_max_logprob_diff']:.2e}"
+    )
     lines.append(f"  engine start: vllm {r['vllm_start_s']:.1f} s, hf {r['hf_start_s']:.1f} s")
     return r, lines
