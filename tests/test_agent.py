@@ -105,7 +105,7 @@ def test_multi_turn_episodes_train_on_exactly_the_sampled_ids(tok: Any, tmp_path
         sampled.append((list(c.token_ids), list(c.logprobs)))
         return c, 7  # the version this test says served it
 
-    cfg = AgentConfig(max_turns=2, max_tokens=128, temperature=0.9, stop_when_examples_pass=True)
+    cfg = AgentConfig(max_turns=2, max_tokens=80, temperature=0.9, stop_when_examples_pass=True)
     episodes = []
     with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
         for k, tid in enumerate(["HumanEval/0", "HumanEval/2", "HumanEval/29"]):

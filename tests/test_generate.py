@@ -535,7 +535,7 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
         # Continuous batching: a short request sent while a long one decodes is answered first.
         long_done = threading.Event()
         long = threading.Thread(
-            target=lambda: (client.generate([p], {"max_tokens": 400, "ignore_eos": True}), long_done.set())
+            target=lambda: (client.generate([p], {"max_tokens": 200, "ignore_eos": True}), long_done.set())
         )
         long.start()
         wait_for(lambda: _health(ep, run_dir)["busy"], 60, "the long request to be admitted into the engine")

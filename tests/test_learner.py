@@ -202,8 +202,7 @@ def _learner_pid(run: Path) -> int | None:
 @pytest.mark.slow
 def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path) -> None:
     steps = 6
-    straight = _start(workdir, "straight", tiny_model, steps)
-    wait_for(lambda: _state(straight).get("done"), 600, "the uninterrupted learner")
+    straight = _start(workdir, "straight", tiny_model, steps)  # side by side: the result is not timing's
     killed = _start(workdir, "killed", tiny_model, steps)
     rng = random.Random(5)
     kills = 0
@@ -221,6 +220,7 @@ def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: 
             wait_for(lambda k=kills: len(_state(killed).get("starts", [])) == k + 1, 120, "the resumed learner")
         assert kills == 3
         wait_for(lambda: _state(killed).get("done"), 600, "the resumed learner")
+        wait_for(lambda: _state(straight).get("done"), 600, "the uninterrupted learner")
         a, b = _weights(straight, steps), _weights(killed, steps)
         assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)  # bit-exact
         from rl.learner.checkpoints import LearnerCheckpoints

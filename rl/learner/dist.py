@@ -39,6 +39,10 @@ def build_ops() -> None:
     at init. torch waits forever on the lock of a build that was killed
     (a SIGKILLed learner mid-build): a lock older than 10 minutes, when no
     build takes that long, is removed first."""
+    # The build is keyed by its sources' paths, which lie inside the environment: two
+    # environments sharing torch's default folder would rebuild it at every switch
+    if os.access(sys.prefix, os.W_OK):  # not in a read-only environment (a container's)
+        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
     from deepspeed.comm.torch import build_shm_op
     from torch.utils.cpp_extension import _get_build_directory
 
