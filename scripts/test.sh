@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the tests need, then the tests: .venv with the dev tools, bubblewrap,
 # a local Slurm (Debian packages, started as root), then ruff, mypy and pytest.
-#   sudo scripts/test.sh [PYTEST ARGS...]
+#   sudo scripts/test.sh [PYTEST ARGS...]   (no arguments: the whole suite, in three streams)
 # The Debian packages and Slurm come up while pip installs, and DeepSpeed's op
 # compiles while ruff and mypy run: on a fresh 2-core machine that saves minutes.
 set -euo pipefail
@@ -29,5 +29,32 @@ ops=$!
 if ! wait "$ops"; then
   cat "$logs/ops" >&2; echo "test: DeepSpeed's CPU op failed to build (above)" >&2; exit 1
 fi
+if [ $# -gt 0 ]; then  # a selection: as asked
+  rm -rf "$logs"
+  exec .venv/bin/python -m pytest "$@"
+fi
+# The whole suite, in three streams side by side: the tests on the local Slurm
+# (one after another: they share its node and its queue), the other slow ones,
+# and the short ones. A slow test waits on processes, sockets and Slurm for
+# about a third of its time; the streams fill each other's waits.
+names=(slurm slow short)
+marks=("slurm" "slow and not slurm" "not slow and not slurm")
+pids=()
+for i in 0 1 2; do
+  .venv/bin/python -m pytest -p no:cacheprovider --basetemp="/tmp/sarl-tests-${names[$i]}" -m "${marks[$i]}" \
+    >"$logs/${names[$i]}" 2>&1 &
+  pids+=($!)
+done
+failed=()
+for i in 0 1 2; do
+  rc=0
+  wait "${pids[$i]}" || rc=$?
+  echo "=== tests: ${marks[$i]} (exit $rc) ==="
+  cat "$logs/${names[$i]}"
+  if [ "$rc" -ne 0 ]; then failed+=("${marks[$i]}"); fi
+done
 rm -rf "$logs"
-.venv/bin/python -m pytest "$@"
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "test: failed: $(printf '[%s] ' "${failed[@]}")" >&2
+  exit 1
+fi

@@ -87,6 +87,11 @@ def poller(store: str, seconds: float) -> None:
     batches accumulate); reports what it saw."""
     s = Store(store)
     counts = {"reads": 0, "loads": 0, "errors": 0}
+    # the window opens at the first committed batch: on a busy machine the writers may still be
+    # starting when the poller is (a fixed window could close before anything was written)
+    give_up = time.time() + 120
+    while not s.reader().committed() and time.time() < give_up:
+        time.sleep(0.05)
     end = time.time() + seconds
 
     def load_weights() -> None:
