@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Everything the tests need, then the tests: .venv with the dev tools, bubblewrap,
 # a local Slurm (Debian packages, started as root), then ruff, mypy and pytest.
-#   sudo scripts/test.sh [PYTEST ARGS...]   (no arguments: the whole suite, in three streams)
+#   sudo scripts/test.sh [PYTEST ARGS...]   (no arguments: the whole suite, in two streams)
 # The Debian packages and Slurm come up while pip installs, and DeepSpeed's op
 # compiles while ruff and mypy run: on a fresh 2-core machine that saves minutes.
 set -euo pipefail
@@ -33,20 +33,20 @@ if [ $# -gt 0 ]; then  # a selection: as asked
   rm -rf "$logs"
   exec .venv/bin/python -m pytest "$@"
 fi
-# The whole suite, in three streams side by side: the tests on the local Slurm
-# (one after another: they share its node and its queue), the other slow ones,
-# and the short ones. A slow test waits on processes, sockets and Slurm for
-# about a third of its time; the streams fill each other's waits.
-names=(slurm slow short)
-marks=("slurm" "slow and not slurm" "not slow and not slurm")
+# The whole suite, in two streams side by side: the tests on the local Slurm
+# with the short ones (one after another: the Slurm tests share its node and
+# its queue), and the other slow ones. A slow test waits on processes, sockets
+# and Slurm for about a third of its time; each stream fills the other's waits.
+names=(slurm-and-short slow)
+marks=("slurm or not slow" "slow and not slurm")
 pids=()
-for i in 0 1 2; do
+for i in 0 1; do
   .venv/bin/python -m pytest -p no:cacheprovider --basetemp="/tmp/sarl-tests-${names[$i]}" -m "${marks[$i]}" \
     >"$logs/${names[$i]}" 2>&1 &
   pids+=($!)
 done
 failed=()
-for i in 0 1 2; do
+for i in 0 1; do
   rc=0
   wait "${pids[$i]}" || rc=$?
   echo "=== tests: ${marks[$i]} (exit $rc) ==="
