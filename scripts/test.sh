@@ -33,15 +33,15 @@ if [ $# -gt 0 ]; then  # a selection: as asked
   rm -rf "$logs"
   exec .venv/bin/python -m pytest "$@"
 fi
-# The whole suite, in two streams side by side: the tests on the local Slurm
-# with the short ones (one after another: the Slurm tests share its node and
-# its queue), and the other slow ones. A slow test waits on processes, sockets
-# and Slurm for about a third of its time; each stream fills the other's waits.
-names=(slurm-and-short slow)
-marks=("slurm or not slow" "slow and not slurm")
+# The whole suite, in two streams side by side (`--stream`, tests/conftest.py):
+# every Slurm test is in the first (they share its node and its queue, so they
+# run one after another), and each stream holds about half of the time. A slow
+# test waits on processes, sockets and Slurm for about a third of its time; each
+# stream fills the other's waits.
+names=(stream-1 stream-2)
 pids=()
 for i in 0 1; do
-  .venv/bin/python -m pytest -p no:cacheprovider --basetemp="/tmp/sarl-tests-${names[$i]}" -m "${marks[$i]}" \
+  .venv/bin/python -m pytest -p no:cacheprovider --basetemp="/tmp/sarl-tests-${names[$i]}" --stream $((i + 1)) \
     >"$logs/${names[$i]}" 2>&1 &
   pids+=($!)
 done
@@ -49,9 +49,9 @@ failed=()
 for i in 0 1; do
   rc=0
   wait "${pids[$i]}" || rc=$?
-  echo "=== tests: ${marks[$i]} (exit $rc) ==="
+  echo "=== tests: ${names[$i]} (exit $rc) ==="
   cat "$logs/${names[$i]}"
-  if [ "$rc" -ne 0 ]; then failed+=("${marks[$i]}"); fi
+  if [ "$rc" -ne 0 ]; then failed+=("${names[$i]}"); fi
 done
 rm -rf "$logs"
 if [ ${#failed[@]} -gt 0 ]; then
