@@ -184,7 +184,7 @@ def test_reader_polling_during_writes_never_sees_partial_data(tmp_path: Path) ->
         )
     for w in writers:
         w.communicate(timeout=120)
-    out, err = poller.communicate(timeout=60)
+    out, err = poller.communicate(timeout=300)
     report = json.loads(out.strip().splitlines()[-1])
     assert report["errors"] == 0, out
     assert report["reads"] > 10 and report["loads"] > 10
