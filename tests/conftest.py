@@ -156,8 +156,9 @@ def _stream(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test that uses the local Slurm must say so with the `slurm` marker
-    (so that `-m "not slurm"` runs on a machine without one)."""
+    """With `--stream`, only that half of the suite runs. A test that uses the
+    local Slurm must say so with the `slurm` marker (so that `-m "not slurm"`
+    runs on a machine without one, and `--stream` keeps it in stream 1)."""
     stream = config.getoption("--stream")
     if stream is not None:
         config.hook.pytest_deselected(items=[i for i in items if _stream(i) != stream])
