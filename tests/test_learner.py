@@ -388,7 +388,8 @@ lr = 3e-2
     rng = np.random.default_rng(7)
     rewards_by_round = []
     try:
-        client = GeneratorClient(run, timeout_s=120)
+        # the two runs' generators start side by side, beside the other stream's tests: minutes, loaded
+        client = GeneratorClient(run, timeout_s=120, wait_for_generator_s=300)
         for v in range(rounds):
             sampling = SamplingParams(temperature=1.0, max_tokens=12, ignore_eos=True, n=8, seed=1000 + v)
 

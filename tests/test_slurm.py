@@ -37,22 +37,26 @@ def _squeue_ids() -> set[str]:
 
 
 def test_array_of_8_completes_and_status_tells_the_truth(workdir: Path, slurm: None) -> None:
-    body = smoke_config(tasks=8, steps=6, step_s=0.5, extra="[smoke.job]\narray_parallelism = 4\n")
+    # 8 s a task: the first 4 must all be running, with heartbeats, while the other 4 still wait
+    # (on a loaded machine the first tasks' starts are seconds apart)
+    body = smoke_config(tasks=8, steps=16, step_s=0.5, extra="[smoke.job]\narray_parallelism = 4\n")
     run, job = _submit(workdir, body)
 
     # while it runs: at most 4 running (the %4 limit), the rest pending with Slurm's reason
-    def four_running_with_heartbeats() -> dict | None:  # a task runs a moment before its first heartbeat
+    def first_four_running_with_heartbeats() -> dict | None:  # a task runs a moment before its first heartbeat
         s = status(run)["roles"]["smoke"]
         running = [t for t in s["detail"] if t["status"] == "RUNNING"]
-        return s if len(running) == 4 and all(t["heartbeat_age_s"] is not None for t in running) else None
+        assert len(running) <= 4, running
+        heartbeats = all(t["heartbeat_age_s"] is not None for t in running)
+        return s if len(running) == 4 and heartbeats and s["counts"]["pending"] else None
 
-    st = wait_for(four_running_with_heartbeats, 60, "4 running tasks with heartbeats")
+    st = wait_for(first_four_running_with_heartbeats, 60, "4 running tasks with heartbeats, 4 pending")
     assert st["job_ids"] == [job]
     assert st["counts"]["running"] + st["counts"]["pending"] + st["counts"]["done"] == 8
     pending = [t for t in st["detail"] if t["status"] == "PENDING"]
     assert pending and all(t["reason"] == "JobArrayTaskLimit" for t in pending)
     running = [t for t in st["detail"] if t["status"] == "RUNNING"]
-    assert all(t["job_id"].startswith(f"{job}_") and t["progress"].endswith("/6 steps") for t in running)
+    assert all(t["job_id"].startswith(f"{job}_") and t["progress"].endswith("/16 steps") for t in running)
     # after: all done, and Slurm agrees
     wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["done"] == 8, 120, "8 tasks done")
     rows = wait_for(
@@ -61,7 +65,7 @@ def test_array_of_8_completes_and_status_tells_the_truth(workdir: Path, slurm: N
         "sacct to record all 8 completions",
     )
     assert sorted(rows) == sorted(f"{job}_{i}|COMPLETED" for i in range(8))
-    assert [task_state(run, t)["step"] for t in range(8)] == [6] * 8
+    assert [task_state(run, t)["step"] for t in range(8)] == [16] * 8
     assert "smoke            8     8     0     0     0" in sarl("status", str(run), cwd=workdir).stdout
 
 
