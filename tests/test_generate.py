@@ -61,11 +61,13 @@ def prompt(tok: Any, text: str) -> list[int]:
     return chat_ids(tok, [{"role": "user", "content": text}])
 
 
-def perturbed(model: ModelConfig, layer: int = 3, scale: float = 1.3) -> dict[str, Any]:
-    """The base weights with one layer scaled: a policy that answers differently."""
+def perturbed(model: ModelConfig | Path, layer: int = 3, scale: float = 1.3) -> dict[str, Any]:
+    """The base weights (of the built-in model, or of a checkpoint folder) with
+    one layer scaled: a policy that answers differently."""
     from safetensors.torch import load_file
 
-    sd = load_file(str(checkpoint(model) / "model.safetensors"))
+    folder = model if isinstance(model, Path) else checkpoint(model)
+    sd = load_file(str(folder / "model.safetensors"))
     return {k: (v * scale if f"layers.{layer}." in k else v) for k, v in sd.items()}
 
 
@@ -410,6 +412,8 @@ def test_a_server_error_does_not_take_a_live_generator_out(hf: Any, tok: Any, tm
 
 
 def _generator_config(cache: Path, backend: str, tasks: int, executor: str, extra: str = "") -> str:
+    """`cache`: the built-in model's cache, or a checkpoint folder (the tiny model)."""
+    model = f'path = "{cache}"' if (cache / "config.json").exists() else f'cache_dir = "{cache}"'
     return f"""
 [run]
 name = "g"
@@ -420,7 +424,7 @@ type = "{executor}"
 
 [model]
 dtype = "float32"
-cache_dir = "{cache}"
+{model}
 
 [generator]
 tasks = {tasks}
@@ -454,9 +458,10 @@ def _wait_endpoints(run_dir: Path, n: int, timeout: float, version: int | None =
 
 
 def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
-    workdir: Path, model_cache: Path, model: ModelConfig, tok: Any
+    workdir: Path, tiny_model: Path, tok: Any
 ) -> None:
-    cfg = write_config(workdir, _generator_config(model_cache, "hf", 2, "local"))
+    # the tiny model: the subject is swaps and a dead generator, not the answers
+    cfg = write_config(workdir, _generator_config(tiny_model, "hf", 2, "local"))
     sarl("submit", str(cfg), cwd=workdir)
     run_dir = workdir / "runs" / "g"
     try:
@@ -466,7 +471,9 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         before = client.generate([p], GREEDY)
         assert before.version == 0
 
-        WeightStore(run_dir / "store.zarr").publish(perturbed(model), version=1, dtype="float32")
+        WeightStore(run_dir / "store.zarr").publish(
+            perturbed(tiny_model, layer=1, scale=3.0), version=1, dtype="float32"
+        )
         _wait_endpoints(run_dir, 2, 60, version=1)
         after = client.generate([p], GREEDY)
         assert after.version == 1
@@ -603,15 +610,15 @@ def test_bench_generate_reports_each_figure_beside_its_baseline_and_the_backends
 
 @pytest.mark.slurm
 def test_preempted_generator_comes_back_serving_the_newest_version(
-    workdir: Path, slurm: None, model_cache: Path, model: ModelConfig, tok: Any
+    workdir: Path, slurm: None, tiny_model: Path, tok: Any
 ) -> None:
     job = "[generator.job]\ncpus_per_task = 8\nmem_gb = 4\ntime_min = 30\n"  # fills the node: preemptable
-    cfg = write_config(workdir, _generator_config(model_cache, "hf", 1, "slurm", job))
+    cfg = write_config(workdir, _generator_config(tiny_model, "hf", 1, "slurm", job))
     sarl("submit", str(cfg), cwd=workdir)
     run_dir = workdir / "runs" / "g"
     try:
         _wait_endpoints(run_dir, 1, 180)
-        WeightStore(run_dir / "store.zarr").publish(perturbed(model), version=1, dtype="float32")
+        WeightStore(run_dir / "store.zarr").publish(perturbed(tiny_model, layer=1), version=1, dtype="float32")
         _wait_endpoints(run_dir, 1, 60, version=1)
         announce = run_dir / "endpoints" / "generator-000000.json"
         pid = json.loads(announce.read_text())["pid"]

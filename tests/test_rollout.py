@@ -110,6 +110,12 @@ def test_bad_rollout_input_is_refused_before_submission(
         assert "tasks.jsonl:1" in out.stderr  # names the line
 
 
+def _ended(run: Path, task: int) -> str | None:
+    """The rollout task's status once it is no longer alive."""
+    st = next(t for t in status(run)["roles"]["rollout"]["detail"] if t["task"] == task)["status"]
+    return st if st in ("FAILED", "CANCELLED", "DONE") else None
+
+
 def _heartbeat(run: Path, role: str, task: int) -> dict:
     path = run / "heartbeats" / role / f"task-{task:06d}.json"
     try:
@@ -206,41 +212,56 @@ def test_a_generator_killed_mid_run_costs_retries_not_rewards(
 def test_every_episode_is_committed_once_through_sigkills_and_scancels(
     workdir: Path, tasks_file: Path, slurm: None, tiny_model: Path
 ) -> None:
-    groups, workers = 8, 2
-    body = _config(tasks_file, groups=groups, model=tiny_model)
+    groups, workers = 20, 2
+    body = _config(tasks_file, groups=groups, model=tiny_model).replace("concurrency = 4\n", "concurrency = 2\n")
     body = body.replace("[rollout]\n", f"[rollout]\ntasks = {workers}\n")
     sarl("submit", str(write_config(workdir, body)), "--cluster", "slurm", cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
     rng = random.Random(7)
+
+    def beating() -> list[tuple[dict, dict]]:  # running workers, with a heartbeat from their current job
+        detail = status(run)["roles"]["rollout"]["detail"]
+        beats = [(t, _heartbeat(run, "rollout", t["task"])) for t in detail if t["status"] == "RUNNING"]
+        return [(t, b) for t, b in beats if b.get("job_id") == t["job_id"] and "pid" in b]
+
     try:
         kills: list[str] = []
-        for n in range(3):  # SIGKILL, scancel, SIGKILL, each after one more batch, of a random live worker
-            wait_for(lambda n=n: len(store.reader().committed()) >= n + 1, 300, f"{n + 1} batch(es)")
-            live = [t for t in status(run)["roles"]["rollout"]["detail"] if t["status"] == "RUNNING"]
-            if not live:
+        for _ in range(8):  # SIGKILL, scancel, SIGKILL, each after one more batch, of a random live worker
+            if len(kills) == 3:
                 break
-            if n == 0:  # status tells per worker what is committed, in flight, failing, and the rate
-                assert all(
-                    re.search(
-                        r"\d+ episodes committed in \d+ batches, \d+ in flight, [\d.]+/s; failures: ", t["progress"]
-                    )
-                    for t in live
-                ), live
-            victim = rng.choice(live)
-            if n % 2 == 0:
-                os.kill(_heartbeat(run, "rollout", victim["task"])["pid"], signal.SIGKILL)
-            else:
-                subprocess.run(["scancel", victim["job_id"]], check=True)
+            n = len(kills)
+            wait_for(lambda n=n: len(store.reader().committed()) >= n + 1, 300, f"{n + 1} batch(es)")
+            # The generator is frozen from the choice of a victim until Slurm has seen the kill: the
+            # tiny model plays a worker's last groups in seconds, and the victim must not end first.
+            wait_for(beating, 120, "a running worker's heartbeat")
+            generator = _heartbeat(run, "generator", 0)["pid"]
+            os.kill(generator, signal.SIGSTOP)
+            try:
+                live = beating()
+                if not live:  # the one left ended meanwhile
+                    continue
+                if n == 0:  # status tells per worker what is committed, in flight, failing, and the rate
+                    assert all(
+                        re.search(
+                            r"\d+ episodes committed in \d+ batches, \d+ in flight, [\d.]+/s; failures: ",
+                            t["progress"],
+                        )
+                        for t, _ in live
+                    ), live
+                victim, beat = rng.choice(live)
+                if n % 2 == 0:
+                    os.kill(beat["pid"], signal.SIGKILL)
+                else:
+                    subprocess.run(["scancel", victim["job_id"]], check=True)
+                seen = wait_for(
+                    lambda v=victim: _ended(run, v["task"]), 60, f"Slurm to see the kill of {victim['job_id']}"
+                )
+            finally:
+                os.kill(generator, signal.SIGCONT)
+            if not live or seen == "DONE":  # its last episodes were verified before the kill landed
+                continue
             kills.append(f"{'kill' if n % 2 == 0 else 'scancel'} {victim['job_id']}")
-            wait_for(
-                lambda v=victim: (
-                    next(t for t in status(run)["roles"]["rollout"]["detail"] if t["task"] == v["task"])["status"]
-                    in ("FAILED", "CANCELLED")
-                ),
-                60,
-                f"Slurm to see {kills[-1]}",
-            )
             out = sarl("resume", str(run), cwd=workdir)
             assert f"rollout tasks {victim['task']}" in out.stderr, out.stderr
         assert len(kills) == 3, kills

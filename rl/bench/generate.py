@@ -11,7 +11,7 @@ weights, dtype, prompts and sampling, in one process and one run.
   own `reload_weights(weights_path=...)`. A second baseline reads the
   safetensors file into private torch tensors (a copy of every byte; no engine);
 * agreement: the two backends' greedy completions of the same prompts (up to
-  40 tokens, stopping at EOS): how many rows have the same tokens and finish
+  40 tokens, 24 with `--quick`, stopping at EOS): how many rows have the same tokens and finish
   reason, and the largest log-prob difference on those rows. A speed ratio
   means something only if the two compute the same thing; in float32 they
   must agree on every row, in bf16 kernels' rounding may part them.
@@ -51,10 +51,10 @@ def _tok_s(engine: Any, prompts: list[list[int]], params: Any, reps: int) -> flo
     return statistics.median(rates)
 
 
-def _greedy(engine: Any, prompts: list[list[int]]) -> list[Any]:
+def _greedy(engine: Any, prompts: list[list[int]], max_tokens: int) -> list[Any]:
     from rl.engine.config import SamplingParams
 
-    return [row[0] for row in engine.generate(prompts, SamplingParams(temperature=0, max_tokens=40))]
+    return [row[0] for row in engine.generate(prompts, SamplingParams(temperature=0, max_tokens=max_tokens))]
 
 
 def _agreement(hf: list[Any], vllm: list[Any]) -> tuple[int, float]:
@@ -85,8 +85,11 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     ckpt = checkpoint(model)
     tok = load_tokenizer(ckpt)
     prompts = [chat_ids(tok, [{"role": "user", "content": q}]) for q in QUESTIONS]
-    params = SamplingParams(temperature=0, max_tokens=32 if args.quick else 64, ignore_eos=True)
+    # --quick: a check that the command and both engines work, not a measurement
+    params = SamplingParams(temperature=0, max_tokens=16 if args.quick else 64, ignore_eos=True)
+    greedy_tokens = 24 if args.quick else 40
     r: dict[str, Any] = {"dtype": args.dtype, "max_tokens": params.max_tokens, "repetitions": reps}
+    r["greedy_max_tokens"] = greedy_tokens
 
     t0 = time.perf_counter()
     hf = make_engine(HFEngineConfig(), model)
@@ -94,7 +97,7 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     r["hf_tok_s_b1"] = _tok_s(hf, prompts[:1], params, reps)
     bar.update()
     r["hf_tok_s_b8"] = _tok_s(hf, prompts, params, reps)
-    hf_greedy = _greedy(hf, prompts)
+    hf_greedy = _greedy(hf, prompts, greedy_tokens)
     bar.update()
     hf.close()
     del hf
@@ -108,7 +111,7 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     bar.update()
     r["vllm_tok_s_b8"] = _tok_s(vllm, prompts, params, reps)
     r["greedy_rows"] = len(prompts)
-    r["greedy_same_rows"], r["greedy_max_logprob_diff"] = _agreement(hf_greedy, _greedy(vllm, prompts))
+    r["greedy_same_rows"], r["greedy_max_logprob_diff"] = _agreement(hf_greedy, _greedy(vllm, prompts, greedy_tokens))
     bar.update()
 
     with tempfile.TemporaryDirectory(prefix="sarl-bench-generate-", dir=args.dir) as tmp:
@@ -163,7 +166,8 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     )
     lines.append(f"  (safetensors file copied into torch tensors, no engine: {r['safetensors_to_torch_s']:.3f} s)")
     lines.append(
-        f"  greedy agreement: {r['greedy_same_rows']} of {r['greedy_rows']} rows the same tokens, "
+        f"  greedy agreement (up to {greedy_tokens} tokens): {r['greedy_same_rows']} of {r['greedy_rows']} rows "
+        "the same tokens, "
         f"largest log-prob difference {r['greedy_max_logprob_diff']:.2e}"
     )
     lines.append(f"  engine start: vllm {r['vllm_start_s']:.1f} s, hf {r['hf_start_s']:.1f} s")
