@@ -465,7 +465,7 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
     sarl("submit", str(cfg), cwd=workdir)
     run_dir = workdir / "runs" / "g"
     try:
-        eps = _wait_endpoints(run_dir, 2, 120)
+        eps = _wait_endpoints(run_dir, 2, 300)
         client = GeneratorClient(run_dir, timeout_s=60)
         p = prompt(tok, "What is 2+3?")
         before = client.generate([p], GREEDY)
@@ -486,7 +486,7 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
             ok = len(drawn) == 2 and sum(max(c["generator/prompts_served"]) for c in drawn) == 2
             return drawn if ok else None
 
-        both = wait_for(curves, 30, "curves of both generators")
+        both = wait_for(curves, 60, "curves of both generators")
         assert max(max(c.get("generator/tokens_per_s", [0])) for c in both) > 0
         assert max(max(c.get("generator/engine_tokens_per_s", [0])) for c in both) > 0
         assert [len(c["generator/swap_held_s"]) for c in both] == [1, 1]

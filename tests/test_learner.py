@@ -217,7 +217,7 @@ def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: 
             kills += 1
             wait_for(lambda: _learner_pid(killed) is None, 30, "the learner to die")
             sarl("resume", str(killed), cwd=killed.parents[1])
-            wait_for(lambda k=kills: len(_state(killed).get("starts", [])) == k + 1, 120, "the resumed learner")
+            wait_for(lambda k=kills: len(_state(killed).get("starts", [])) == k + 1, 300, "the resumed learner")
         assert kills == 3
         wait_for(lambda: _state(killed).get("done"), 600, "the resumed learner")
         wait_for(lambda: _state(straight).get("done"), 600, "the uninterrupted learner")
@@ -412,7 +412,7 @@ lr = 3e-2
                 for s, r in zip(samples, rng.permutation(rewards), strict=True):
                     s.reward = float(r)
             writer.write(writer.next_seq(), samples)
-        wait_for(lambda: _state(run).get("done"), 120, "the learner to finish")
+        wait_for(lambda: _state(run).get("done"), 300, "the learner to finish")
         state = _state(run)
         assert state["step"] == rounds and state["batches"] == rounds and state["dropped_stale"] == 0
         assert abs(state["mismatch_kl"]) < 1e-3  # the generator sampled with the weights trained on

@@ -14,7 +14,9 @@ import subprocess
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from conftest import sarl, status, task_state, wait_for, write_config
 
@@ -327,3 +329,71 @@ def test_bench_rollout_reports_both_concurrencies_and_the_time_shares(workdir: P
         shares = [r[f"{t}_share{key}"] for t in ("generate", "execute", "verify")]
         assert all(0 <= x <= 1.05 for x in shares) and r[f"generate_share{key}"] > r[f"verify_share{key}"]
     assert r["speedup"] == pytest.approx(r["episodes_per_s"] / r["episodes_per_s_c1"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons_in_time(
+    tmp_path: Path, tasks_file: Path, tiny_model: Path
+) -> None:
+    """Generators may start long after the workers (queued, preempted, restarting). An episode
+    waits up to `generator_wait_s` for one to announce itself, and that wait is not the policy's
+    time: it does not count against `episode_deadline_s`. Past `generator_wait_s` the attempt is an
+    infrastructure failure, retried, and then the group is abandoned with its reason."""
+    import threading
+
+    from rl.config import validate_config
+    from rl.engine import make_engine
+    from rl.generator.inprocess import serving
+    from rl.rollout.worker import Worker
+
+    def worker(name: str, wait_s: float, deadline_s: float) -> tuple[Worker, Any, dict]:
+        raw = {
+            "run": {"name": name, "root": str(tmp_path), "seed": 1},
+            "executor": {"type": "local"},
+            "model": {"path": str(tiny_model), "dtype": "float32"},
+            "generator": {"engine": {"type": "hf", "max_model_len": 1024}},
+            "rollout": {
+                "tasks_file": str(tasks_file),
+                "groups": 1,
+                "group_size": 2,
+                "concurrency": 2,
+                "max_retries": 1,
+                "generator_wait_s": wait_s,
+                "episode_deadline_s": deadline_s,
+                "agent": {"max_turns": 2, "max_tokens": 8},
+            },
+        }
+        cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
+        (cfg.run_dir / "endpoints").mkdir(parents=True)
+        state: dict[str, Any] = {}
+        return Worker(cfg.run_dir, cfg, cfg.rollout, 0, state, save=lambda **kw: state.update(kw)), cfg, state
+
+    # no generator at all: each of the 2 attempts waits 1 s, then the group is abandoned, saying why
+    none, _, state = worker("none", 1.0, 600.0)
+    t0 = time.monotonic()
+    none.run()
+    assert time.monotonic() - t0 < 60
+    assert list(state["abandoned"]) == ["0"] and state["abandoned"]["0"].startswith("no-generator"), state
+    assert not none.store.reader().committed()
+
+    # a generator that announces itself 8 s after the episodes start: they wait for it, and then
+    # play both their turns, though their deadline is 5 s
+    late, cfg, state = worker("late", 60.0, 5.0)
+    engine = make_engine(cfg.generator.engine, cfg.model)
+    thread = threading.Thread(target=late.run)
+    thread.start()
+    time.sleep(8.0)
+    try:
+        with serving(engine, cfg.run_dir):
+            thread.join(120)
+    finally:
+        engine.close()
+    assert not thread.is_alive()
+    assert not state.get("abandoned"), state["abandoned"]
+    assert late.stats.generator_wait_s >= 2 * 6.0  # both episodes waited for the generator
+    reader = late.store.reader()
+    samples = [s for k in reader.committed() for s in reader.read(k).samples()]
+    assert len(samples) == 2
+    for s in samples:
+        turns = int(np.sum(np.diff(np.concatenate([[0], s.loss_mask])) == 1))  # runs of sampled tokens
+        assert turns == 2 and s.failure != "deadline", (s.episode_id, turns, s.failure)

@@ -69,9 +69,9 @@ def _run_and_check(workdir: Path, tiny_model: Path, mode: str) -> None:
 
     try:
         wait_for(learner_done, 600, f"the {mode} learner's 4 steps")
-        wait_for(lambda: task_state(run, 0, "generator").get("version") == 4, 120, "the generator on version 4")
+        wait_for(lambda: task_state(run, 0, "generator").get("version") == 4, 300, "the generator on version 4")
         # the run ends by itself: the generator's work ends with the learner's and the rollout workers'
-        wait_for(lambda: task_state(run, 0, "generator").get("done"), 120, "the generator to end")
+        wait_for(lambda: task_state(run, 0, "generator").get("done"), 300, "the generator to end")
         assert task_state(run, 0, "generator")["result"]["version"] == 4
         from rl.learner.checkpoints import LearnerCheckpoints
 

@@ -47,6 +47,12 @@ class RolloutRole(RoleConfig):
     max_retries: int = Field(3, ge=0, json_schema_extra=SAFE)
     """Infrastructure failures (no generator, a dead sandbox) retried per episode
     before its group is abandoned, with its reason."""
+    generator_wait_s: float = Field(1800.0, gt=0, json_schema_extra=SAFE)
+    """Seconds an episode waits for a generator while none has announced
+    itself (still queued, preempted, restarting) before that counts as an
+    infrastructure failure: on a busy cluster the generators' jobs may start
+    long after the workers'. The wait is counted in `generator_wait_s` of the
+    worker's state."""
     episode_deadline_s: float = Field(600.0, gt=0, json_schema_extra=SAFE)
     """Seconds an episode may take; a longer one ends with reason `deadline`."""
     quarantine_after: int = Field(2, ge=1)

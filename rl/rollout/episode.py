@@ -66,9 +66,20 @@ def run_episode(
     max_model_len: int,
     deadline: float | None = None,
     seed: int | None = None,
+    waited: Callable[[], float] | None = None,
 ) -> Episode:
     """Play one episode of `task` and verify its final solution. `deadline`
-    is a `time.monotonic()` value; `seed` seeds each reply (turn k: seed + k)."""
+    is a `time.monotonic()` value; `seed` seeds each reply (turn k: seed + k).
+    `waited()`: the seconds the episode has spent so far waiting for a
+    generator (none announced yet, no free slot, not yet on the round's
+    version). They are not the policy's time: the deadline moves by them, so
+    that a queued or restarting generator never ends an episode as `deadline`,
+    a policy failure that would be scored."""
+
+    def left() -> float:
+        assert deadline is not None
+        return deadline + (waited() if waited is not None else 0.0) - time.monotonic()
+
     obs = ObservationTokens(tokenizer)
     traj = Trajectory.start(chat_ids(tokenizer, first_messages(task, cfg)))
     timings = {"generate_s": 0.0, "execute_s": 0.0, "verify_s": 0.0}
@@ -81,7 +92,7 @@ def run_episode(
         if room < 2:
             end = "token-budget"
             break
-        if deadline is not None and time.monotonic() >= deadline:
+        if deadline is not None and left() <= 0:
             end = "deadline"
             break
         params = SamplingParams(
@@ -104,7 +115,7 @@ def run_episode(
             break
         t0 = time.monotonic()
         # a run may take `run_s`, and never past the episode's deadline
-        run_s = cfg.run_s if deadline is None else max(0.05, min(cfg.run_s, deadline - t0))
+        run_s = cfg.run_s if deadline is None else max(0.05, min(cfg.run_s, left()))
         outcome = run_action(sandbox, task, action.code, run_s) if action.code else Outcome()
         timings["execute_s"] += time.monotonic() - t0
         outcomes.append(outcome)

@@ -148,7 +148,9 @@ class Worker:
         from sandboxes.pool import WarmPool
 
         self.tokenizer = load_tokenizer(checkpoint(self.cfg.model))
-        self.client = GeneratorClient(self.run_dir, max_inflight=self.rc.concurrency)
+        self.client = GeneratorClient(
+            self.run_dir, max_inflight=self.rc.concurrency, wait_for_generator_s=self.rc.generator_wait_s
+        )
         self._writer = self.store.writer(self.writer_id)
         self._curves = Curves(Path(self.run_dir) / "tb" / self.writer_id, self.rc.group_size)
         self.committed = committed_groups(self.store)
@@ -291,39 +293,46 @@ class Worker:
         ):
             log.warning("task %s quarantined", tid)
 
-    def _generate(self, group: int) -> Callable[[list[int], Any], tuple[Any, int]]:
+    def _generate(self, group: int) -> tuple[Callable[[list[int], Any], tuple[Any, int]], Callable[[], float]]:
         """The policy, for one episode: through the generator client; in sync
-        mode only the round's version may answer."""
+        mode only the round's version may answer. With it, the seconds the
+        episode has waited for a generator so far (run_episode's `waited`)."""
         need = group // self.rc.groups_per_step if self.cfg.run.mode == "sync" else None
+        waited = [0.0]
 
         def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
             while True:
                 if self.stopping.is_set():
                     raise Stopping()
+                # NoGenerator ends this attempt; the next one starts with its own deadline
                 r = self.client.generate([prompt], params)
+                waited[0] += r.waited_s
                 self.stats.count(generator_wait_s=r.waited_s, generator_retries=r.attempts - 1)
                 if need is None or r.version == need:
                     return r.outputs[0][0], r.version
                 if r.version > need:
                     raise Abandon(f"sync: round {need} closed, a generator serves version {r.version}")
                 time.sleep(0.5)  # the generator has not loaded the round's version yet
+                waited[0] += 0.5
 
-        return generate
+        return generate, lambda: waited[0]
 
     def _episode(self, task: Task, group: int, i: int) -> Episode:
         from rl.generator.client import NoGenerator
         from sandboxes import SandboxError
 
         max_len = self.cfg.generator.engine.max_model_len if self.cfg.generator is not None else 4096
-        generate = self._generate(group)
         for attempt in range(self.rc.max_retries + 1):
+            generate, waited = self._generate(group)
             sb = None
             try:
                 sb = self.pool.take()
                 deadline = time.monotonic() + self.rc.episode_deadline_s
                 seed = episode_seed(self.cfg.run.seed, group, i)
                 agent = self.rc.agent
-                ep = run_episode(task, agent, generate, self.tokenizer, sb, self.verifier, max_len, deadline, seed)
+                ep = run_episode(
+                    task, agent, generate, self.tokenizer, sb, self.verifier, max_len, deadline, seed, waited
+                )
                 self.pool.give(sb)
                 ep.episode_id = f"{group}/{i}"
                 self.stats.count(episodes=1)
