@@ -143,6 +143,7 @@ STREAM_1_FILES = {
     "test_bench_learn.py",
     "test_generate.py",
     "test_run.py",
+    "test_scale.py",
     "test_slurm.py",
 }
 

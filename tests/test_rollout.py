@@ -321,7 +321,7 @@ def test_sync_mode_generates_round_n_with_version_n_alone(workdir: Path, tasks_f
 def test_bench_rollout_reports_both_concurrencies_and_the_time_shares(workdir: Path) -> None:
     """A short run of the benchmark (its figures are in docs/benchmarks.md):
     every field it promises, each consistent with the others."""
-    out = sarl("bench", "rollout", "--json", "--groups", "1", "1", "--max-tokens", "24", cwd=workdir, timeout=600)
+    out = sarl("bench", "rollout", "--json", "--groups", "1", "1", "--max-tokens", "12", cwd=workdir, timeout=600)
     r = json.loads(out.stdout)
     assert r["episodes_c1"] == 4 and r["episodes"] == 4  # groups x 4, every one committed
     for key in ("", "_c1"):

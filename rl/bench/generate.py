@@ -2,8 +2,8 @@
 weights, dtype, prompts and sampling, in one process and one run.
 
 * tokens per second at batch 1 and batch 8 (chat prompts, greedy, every row
-  made to run `max_tokens` with `ignore_eos`), each after a warm-up batch,
-  median of the repetitions;
+  made to run `max_tokens` with `ignore_eos`), each after a warm-up batch
+  (none with `--quick`), median of the repetitions;
 * reload: loading a new weight version from the store into the live vLLM
   engine (mapped, every checksum verified, pushed into the worker's model,
   prefix cache dropped), against loading the same weights from a safetensors
@@ -40,8 +40,9 @@ QUESTIONS = [
 ]
 
 
-def _tok_s(engine: Any, prompts: list[list[int]], params: Any, reps: int) -> float:
-    engine.generate(prompts, params)  # warm-up
+def _tok_s(engine: Any, prompts: list[list[int]], params: Any, reps: int, warm: bool) -> float:
+    if warm:
+        engine.generate(prompts, params)
     rates = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -94,9 +95,9 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     t0 = time.perf_counter()
     hf = make_engine(HFEngineConfig(), model)
     r["hf_start_s"] = time.perf_counter() - t0
-    r["hf_tok_s_b1"] = _tok_s(hf, prompts[:1], params, reps)
+    r["hf_tok_s_b1"] = _tok_s(hf, prompts[:1], params, reps, warm=not args.quick)
     bar.update()
-    r["hf_tok_s_b8"] = _tok_s(hf, prompts, params, reps)
+    r["hf_tok_s_b8"] = _tok_s(hf, prompts, params, reps, warm=not args.quick)
     hf_greedy = _greedy(hf, prompts, greedy_tokens)
     bar.update()
     hf.close()
@@ -107,9 +108,9 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     assert isinstance(vllm, VLLMEngine)
     r["vllm_start_s"] = time.perf_counter() - t0
     bar.update()
-    r["vllm_tok_s_b1"] = _tok_s(vllm, prompts[:1], params, reps)
+    r["vllm_tok_s_b1"] = _tok_s(vllm, prompts[:1], params, reps, warm=not args.quick)
     bar.update()
-    r["vllm_tok_s_b8"] = _tok_s(vllm, prompts, params, reps)
+    r["vllm_tok_s_b8"] = _tok_s(vllm, prompts, params, reps, warm=not args.quick)
     r["greedy_rows"] = len(prompts)
     r["greedy_same_rows"], r["greedy_max_logprob_diff"] = _agreement(hf_greedy, _greedy(vllm, prompts, greedy_tokens))
     bar.update()
@@ -152,7 +153,10 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     r["reload_ratio"] = r["reload_s"] / r["safetensors_load_s"]
     r = {k: round(v, 3) if isinstance(v, float) and "logprob" not in k else v for k, v in r.items()}
     lines: list[str] = []
-    lines.append(f"generate: SmolLM2-135M-Instruct, {args.dtype}, {params.max_tokens} tokens per row, median of {reps}")
+    lines.append(
+        f"generate: SmolLM2-135M-Instruct, {args.dtype}, {params.max_tokens} tokens per row, median of {reps}"
+        + (", no warm-up [--quick: not a measurement]" if args.quick else "")
+    )
     lines.append(
         f"  batch 1   vllm {r['vllm_tok_s_b1']:8.1f} tok/s   hf {r['hf_tok_s_b1']:8.1f} tok/s   {r['speedup_b1']}x"
     )
