@@ -50,8 +50,8 @@ class OptimizerConfig(Section):
 
 class LearnerRole(RoleConfig):
     """The learner: trains the policy on committed rollout batches, each
-    once, and publishes weight versions. One task (multi-rank through
-    `job.nodes`, not yet built)."""
+    once, and publishes weight versions. One task; its ranks (data
+    parallel) are `job.nodes x job.tasks_per_node` processes."""
 
     tasks: int = Field(1, ge=1, le=1)
     """Always 1: one learner per run."""
@@ -88,8 +88,10 @@ class LearnerRole(RoleConfig):
     keep_versions: int | None = Field(None, ge=1, json_schema_extra=SAFE)
     """Published weight versions kept in the store besides those a generator
     pins (and the full versions their deltas point into); None: all."""
-    zero_stage: int = Field(0, ge=0, le=2)
-    """DeepSpeed ZeRO stage (3 would need gathered weights to publish: not built)."""
+    zero_stage: int = Field(0, ge=0, le=3)
+    """DeepSpeed ZeRO stage: 0 replicates everything on each rank; 1
+    partitions the optimizer state over the ranks, 2 also the gradients, 3
+    also the weights (gathered to publish them)."""
     bf16: bool = False
     """Train in bf16 (DeepSpeed's bf16 mode); off: float32."""
     poll_s: float = Field(1.0, gt=0, json_schema_extra=SAFE)

@@ -183,10 +183,12 @@ class Learner:
 
     def _after_step(self, metrics: dict[str, float], tb: Any, staleness: list[int]) -> None:
         lc = self.lc
-        if self.lead and (self.step % lc.publish_every == 0 or self.step == lc.steps):
-            self.store.weights.publish(self.trainer.state_dict(), version=self.step, dtype=self.cfg.model.dtype)
-            if lc.keep_versions is not None:
-                self.store.weights.retain(lc.keep_versions)
+        if self.step % lc.publish_every == 0 or self.step == lc.steps:
+            weights = self.trainer.state_dict()  # every rank: under ZeRO-3 a gather
+            if self.lead:
+                self.store.weights.publish(weights, version=self.step, dtype=self.cfg.model.dtype)
+                if lc.keep_versions is not None:
+                    self.store.weights.retain(lc.keep_versions)
         if self.step % lc.checkpoint_every == 0 or self.step == lc.steps:
             self.save_checkpoint()
         self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})

@@ -3,8 +3,10 @@ optimizer step over a step's micro-batches, checkpoints, the state dict.
 
 DeepSpeed runs on torch.distributed (rl.learner.dist): gloo on CPU, NCCL
 on GPUs. With several ranks (data parallel), each rank takes its share of
-a step's micro-batches, and DeepSpeed averages their gradients. The optimizer is a torch AdamW object, so that DeepSpeed
-builds no fused CUDA op on CPU. DeepSpeed does not restore RNG state: the
+a step's micro-batches, and DeepSpeed averages their gradients. ZeRO
+stages 0-3 partition optimizer state, gradients and (3) weights over the
+ranks. The optimizer is a torch AdamW object, so that DeepSpeed builds no
+fused CUDA op on CPU. DeepSpeed does not restore RNG state: the
 learner saves it beside DeepSpeed's files (rl.learner.loop).
 """
 
@@ -204,7 +206,12 @@ class Trainer:
             # the all-reduce averages over ranks: x world makes it the sum of shares
             self.engine.backward(out.loss * share * self.world, scale_wrt_gas=False)
         names = sorted(sums)
-        # this rank's gradient, before the all-reduce in step(): a NaN on any rank is caught on every rank
+        # Under ZeRO 0 each rank holds its whole gradient in p.grad, before the
+        # all-reduce in step(): a NaN on any rank is caught on every rank. Under
+        # ZeRO 1-3 p.grad is empty (DeepSpeed keeps partitions); its optimizer
+        # takes the partitioned gradient's norm and skips a non-finite update
+        # itself, leaving weights, moments and the schedule as they were: its
+        # verdict is read after step() (was_step_applied).
         norms = [torch.linalg.vector_norm(p.grad) for p in self.engine.module.parameters() if p.grad is not None]
         local = float(torch.linalg.vector_norm(torch.stack(norms))) if norms else 0.0
         *totals, bad = dist.all_sum([sums[n] for n in names] + [float(not (finite and math.isfinite(local)))])
@@ -215,6 +222,8 @@ class Trainer:
         self.updating = True  # the weights and the optimizer change now
         self.engine.step()
         self.updating = False
+        if not self.engine.was_step_applied():  # ZeRO 1-3: the gradient's norm was not finite
+            return None
         n_tok = max(float(lengths.sum()), 1.0)
         per_token = ("mismatch_kl", "masked_frac", "ratio_mean", "entropy")
         metrics = {n: summed[n] / n_tok if n in per_token else summed[n] for n in names}
@@ -236,8 +245,16 @@ class Trainer:
 
     # ----------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights under Hugging Face names (what generators load)."""
-        return {k: v.detach() for k, v in self.engine.module.state_dict().items()}
+        """The weights under Hugging Face names (what generators load). Under
+        ZeRO-3 each rank holds a partition of every weight: this gathers them
+        (a collective: every rank calls it) and copies them out."""
+        module = self.engine.module
+        if self.lc.zero_stage < 3:
+            return {k: v.detach() for k, v in module.state_dict().items()}
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+            return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
     def save(self, folder: Any) -> None:
         self.engine.save_checkpoint(str(folder), tag=TAG)
