@@ -62,6 +62,14 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--keep", action="store_true", help="keep the runs' weights and checkpoints (GBs)")
     b.add_argument("--model", default=None, help="base model checkpoint folder (default: the built-in SmolLM2-135M)")
+    b = bench(
+        "rl",
+        "trained samples/s of a whole run (generator, rollout, learner on their own cores), async vs sync; idle ratios",
+        "3 steps of 2 samples, 8-token replies, the HF engine: a check that it runs, no measurement",
+    )
+    b.add_argument("--dir", type=Path, default=None, help="keep the runs in this folder (default: a temporary one)")
+    b.add_argument("--model", default=None, help="base model checkpoint folder (default: the built-in SmolLM2-135M)")
+    b.add_argument("--timeout", type=float, default=3600, help="seconds each run may take")
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
     b.add_argument("--tasks", type=int, default=1000)
     b.add_argument("--partition", default=None)

@@ -10,7 +10,9 @@ learner it ends, done, once the learner and every rollout worker are done.
 
 TensorBoard (`RUN/tb/generator-NNNNNN/`, step: seconds since the task
 started): the loaded version, queued requests, prompts served, tokens per
-second of wall time and of engine time, and how long each swap held requests.
+second of wall time and of engine time, the engine's busy seconds and its
+idle ratio (the share of each poll's time it had nothing to generate), and
+how long each swap held requests.
 """
 
 from __future__ import annotations
@@ -65,8 +67,12 @@ def _curves(tb: Any, health: dict[str, Any], version: int, last: tuple[float, in
     tokens = health["tokens"] - last[1]
     if now > last[0]:
         tb.add_scalar("generator/tokens_per_s", tokens / (now - last[0]), step)
-    if health["generate_s"] > last[2]:
-        tb.add_scalar("generator/engine_tokens_per_s", tokens / (health["generate_s"] - last[2]), step)
+    busy = health["generate_s"] - last[2]
+    if busy > 0:
+        tb.add_scalar("generator/engine_tokens_per_s", tokens / busy, step)
+    if now > last[0]:  # the share of this poll's time the engine had nothing to generate
+        tb.add_scalar("generator/idle_ratio", max(0.0, 1.0 - busy / (now - last[0])), step)
+    tb.add_scalar("generator/busy_s", health["generate_s"], step)
     tb.flush()
     return now, health["tokens"], health["generate_s"]
 

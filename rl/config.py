@@ -117,6 +117,8 @@ class Config(Section):
                     f"{name}.job.nodes = {role.job.nodes} needs executor.type = 'slurm'; "
                     "the local executor has one node"
                 )
+            if role.job.cpu_list is not None:
+                _check_cpu_list(name, role.job.cpu_list, self.executor)
             if name != "learner" and (role.job.nodes > 1 or role.job.tasks_per_node > 1):
                 raise ValueError(
                     f"{name}.job: nodes = {role.job.nodes}, tasks_per_node = {role.job.tasks_per_node}: only the "
@@ -281,6 +283,21 @@ def _format_errors(err: ValidationError, source: str, raw: dict[str, Any]) -> st
         key = ".".join(loc)
         lines.append(f"{source}: {key}: {msg}" if loc else f"{source}: {msg}")
     return "\n".join(lines)
+
+
+def _check_cpu_list(name: str, cpus: list[int], executor: Any) -> None:
+    """A pinned role's cores must exist on this machine (the local executor
+    runs every role here); on Slurm the scheduler places tasks."""
+    if not isinstance(executor, LocalExecutor):
+        raise ValueError(
+            f"{name}.job.cpu_list: pinning to cores is for executor.type = 'local'; "
+            "on Slurm ask for cores with cpus_per_task"
+        )
+    have = os.cpu_count() or 1
+    bad = [c for c in cpus if not 0 <= c < have]
+    if bad or len(set(cpus)) != len(cpus):
+        why = f"cores {bad} do not exist (this machine has 0-{have - 1})" if bad else "a core is listed twice"
+        raise ValueError(f"{name}.job.cpu_list = {cpus}: {why}")
 
 
 def _decoder_blocks(model_path: str) -> int | None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import sarl, smoke_config, write_config
+from conftest import sarl, smoke_config, task_state, wait_for, write_config
 
 
 def _fails(workdir: Path, body: str, *args: str, env: dict[str, str] | None = None, in_file: bool = True) -> str:
@@ -59,6 +59,35 @@ def test_no_role_is_an_error(workdir: Path) -> None:
 def test_multi_node_needs_slurm(workdir: Path) -> None:
     err = _fails(workdir, smoke_config(extra="[smoke.job]\nnodes = 2\n"), "--cluster", "local")
     assert "smoke.job.nodes = 2 needs executor.type = 'slurm'" in err
+
+
+@pytest.mark.parametrize(
+    ("cores", "words"),
+    [("[0, 4096]", "smoke.job.cpu_list = [0, 4096]: cores [4096] do not exist"), ("[1, 1]", "listed twice")],
+)
+def test_a_cpu_list_of_cores_that_do_not_exist_is_refused(workdir: Path, cores: str, words: str) -> None:
+    err = _fails(workdir, smoke_config(extra=f"[smoke.job]\ncpu_list = {cores}\n"), "--cluster", "local")
+    assert words in err
+
+
+@pytest.mark.slurm
+def test_a_cpu_list_on_slurm_is_refused(workdir: Path, slurm: None) -> None:
+    err = _fails(workdir, smoke_config(extra="[smoke.job]\ncpu_list = [0]\n[executor]\ntype = 'slurm'\n"))
+    assert "smoke.job.cpu_list: pinning to cores is for executor.type = 'local'" in err
+
+
+def test_a_pinned_role_runs_on_its_cores_alone(workdir: Path) -> None:
+    """`job.cpu_list` pins the task's process: its start record says which
+    cores the kernel lets it run on."""
+    import os
+
+    core = max(os.sched_getaffinity(0))
+    cfg = write_config(workdir, smoke_config(tasks=2, steps=1, step_s=0, extra=f"[smoke.job]\ncpu_list = [{core}]\n"))
+    sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
+    run = workdir / "runs" / "t"
+    done = lambda t: (run / "checkpoints" / "smoke" / f"task-{t:06d}.json").exists() and task_state(run, t)["done"]  # noqa: E731
+    wait_for(lambda: done(0) and done(1), 120, "the smoke tasks")
+    assert [task_state(run, t)["starts"][-1]["cpus"] for t in (0, 1)] == [[core], [core]]
 
 
 @pytest.mark.slurm

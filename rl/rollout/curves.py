@@ -61,6 +61,9 @@ class Curves:
         tb.add_scalar("rollout/generator_retries", stats.generator_retries, step)
         tb.add_scalar("rollout/generator_wait_s", stats.generator_wait_s, step)
         tb.add_scalar("rollout/gate_wait_s", stats.gate_wait_s, step)
+        # the share of this worker's time with nothing to play: the staleness
+        # (or sync round) gate held every group back, waiting for the learner
+        tb.add_scalar("rollout/idle_ratio", min(1.0, stats.gate_wait_s / max(1e-9, wall_s)), step)
         tb.add_scalar("rollout/staleness", float(latest_version - min(s.policy_version for s in samples)), step)
         tb.add_scalar("rollout/batches", seq + 1, step)
         tb.flush()

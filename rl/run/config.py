@@ -76,6 +76,12 @@ class JobResources(Section):
     torch.distributed ranks are `nodes` x `tasks_per_node`. Other roles: 1."""
     cpus_per_task: int = Field(1, ge=1, json_schema_extra=SAFE)
     """CPU cores per task."""
+    cpu_list: list[int] | None = Field(None, min_length=1, json_schema_extra=SAFE)
+    """Local executor only: pin this role's processes (and all they start:
+    engines, sandboxes) to these cores, and size their compute threads to
+    them (OMP_NUM_THREADS, vLLM's thread binding). None: the role shares
+    every core (right for sync runs, whose roles take turns). On Slurm the
+    scheduler places tasks (`cpus_per_task`)."""
     gpus_per_task: int = Field(0, ge=0, json_schema_extra=SAFE)
     """GPUs per task (`--gpus-per-node` on Slurm)."""
     mem_gb: float = Field(2.0, gt=0, json_schema_extra=SAFE)

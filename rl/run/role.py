@@ -45,6 +45,18 @@ def current_rank() -> int:
         return 0
 
 
+def pin_to_cores(cpus: list[int]) -> None:
+    """Run this process, and every process it starts, on `cpus` alone, with
+    as many compute threads as cores. Called before the role imports torch
+    or starts an engine, which read these at start. vLLM would otherwise
+    bind its threads to cores of its own choosing, outside the pin."""
+    os.sched_setaffinity(0, cpus)
+    n = str(len(cpus))
+    os.environ.update(OMP_NUM_THREADS=n, MKL_NUM_THREADS=n)
+    if os.environ.get("VLLM_CPU_OMP_THREADS_BIND", "auto") == "auto":
+        os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
+
+
 class Role(submitit.helpers.Checkpointable):
     """Base of the roles. Subclasses implement `run(task)` and commit progress
     with `commit(**changes)`; `self.state` is the last committed state.
@@ -67,6 +79,8 @@ class Role(submitit.helpers.Checkpointable):
         rd = RunDir(self.run_dir)
         cfg = rd.config()
         role_cfg = cfg.roles()[self.name]
+        if role_cfg.job.cpu_list is not None:  # validated: the local executor, cores that exist
+            pin_to_cores(role_cfg.job.cpu_list)
         with self._local_slot(cfg, role_cfg):
             self.state = read_json(rd.state_path(self.name, task)) or self.initial_state(role_cfg)
             if self.state.get("done"):
@@ -76,6 +90,7 @@ class Role(submitit.helpers.Checkpointable):
                 "host": socket.gethostname(),
                 "at": time.time(),
                 "from": self.progress(),
+                "cpus": sorted(os.sched_getaffinity(0)),  # the cores it may run on (job.cpu_list)
             }
             self.commit(starts=[*self.state.get("starts", []), start])
             result = self.run(cfg, role_cfg)

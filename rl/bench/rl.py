@@ -1,0 +1,222 @@
+"""`sarl bench rl`: end-to-end trained samples per second of a whole run, in
+async mode beside sync mode, measured in the same invocation.
+
+One config, run twice on the local executor (`run.mode = "sync"`, then
+`"async"` with `max_staleness = 1`): a generator, a rollout worker (the agent
+in bubblewrap sandboxes, rewarded by hidden tests) and the learner, on
+generated tasks. Each role is pinned to its own cores (`job.cpu_list`): the
+generator and the rollout worker on the first half of this process's cores,
+the learner on the second half. In sync mode the roles take turns, so each
+half idles while the other works; async mode lets them overlap, which is
+what the ratio measures.
+
+Figures are taken in the steady state, from the run's TensorBoard events:
+from the end of the learner's first step (every role has started, the
+engine is warm) to the end of its last.
+
+* `sync_samples_s`, `async_samples_s`: samples trained per second;
+* `ratio` = async / sync (target >= 1.5);
+* `{mode}_idle_generator`: the share of the window the generator's engine
+  had nothing to generate (target in async < 20%);
+* `{mode}_idle_learner`: the share the learner waited for rollouts;
+* `{mode}_idle_rollout`: the share the rollout worker had nothing to play
+  (every group held back by the staleness or sync-round gate).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from rl.errors import SarlError
+
+
+@dataclass(frozen=True)
+class Shape:
+    """The size of each of the two runs."""
+
+    steps: int
+    groups_per_step: int
+    group_size: int
+    max_tokens: int
+    """Tokens per reply."""
+    train_top_layers: int | None
+    """The learner trains the top blocks alone: a step then takes about as
+    long as generating its samples, so that overlap can show."""
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.groups_per_step * self.group_size
+
+
+FULL = Shape(steps=6, groups_per_step=2, group_size=4, max_tokens=96, train_top_layers=8)
+QUICK = Shape(steps=3, groups_per_step=1, group_size=2, max_tokens=8, train_top_layers=None)
+
+
+def _config(mode: str, model: str, tasks: Path, engine: str, p: Shape, gen: list[int], lrn: list[int]) -> str:
+    stale = "max_staleness = 1\n" if mode == "async" else ""
+    top = f"train_top_layers = {p.train_top_layers}\n" if p.train_top_layers else ""
+    return f"""
+[run]
+name = "{mode}"
+root = "runs"
+mode = "{mode}"
+seed = 1
+[model]
+path = {json.dumps(model)}
+dtype = "float32"
+[generator]
+poll_s = 0.2
+[generator.engine]
+{engine}
+[generator.job]
+cpu_list = {gen}
+mem_gb = 8
+[rollout]
+tasks_file = {json.dumps(str(tasks))}
+groups = {p.steps * p.groups_per_step}
+groups_per_step = {p.groups_per_step}
+group_size = {p.group_size}
+concurrency = {p.samples_per_step}
+batch_groups = 1
+{stale}[rollout.agent]
+max_turns = 1
+max_tokens = {p.max_tokens}
+[rollout.job]
+cpu_list = {gen}
+[learner]
+steps = {p.steps}
+samples_per_step = {p.samples_per_step}
+poll_s = 0.2
+checkpoint_every = {p.steps}
+keep_checkpoints = 1
+{top}{stale}[learner.optimizer]
+lr = 1e-6
+[learner.job]
+cpu_list = {lrn}
+mem_gb = 8
+"""
+
+
+def _last_before(points: list[tuple[float, int, float]], t: float) -> float:
+    """The value of a cumulative curve at wall time `t` (0 before its first point)."""
+    before = [v for w, _, v in points if w <= t + 1e-6]
+    return before[-1] if before else 0.0
+
+
+def _figures(run: Path) -> dict[str, float]:
+    """Steady-state figures of a finished run, from its TensorBoard events."""
+    from rl.run.report import read_curves
+
+    curves = read_curves(run / "tb")
+    learner = curves.get("learner", {})
+    steps = sorted(learner.get("learner/samples", []), key=lambda p: p[1])
+    if len(steps) < 2:
+        raise SarlError(f"bench rl: {run} has fewer than 2 learner steps in TensorBoard")
+    t0, t1 = steps[0][0], steps[-1][0]
+    window = max(t1 - t0, 1e-9)
+    waits = [v for w, _, v in learner.get("learner/wait_s", []) if t0 < w <= t1 + 1e-6]
+    out = {
+        "samples_s": sum(v for _, _, v in steps[1:]) / window,
+        "window_s": window,
+        "idle_learner": min(1.0, sum(waits) / window),
+    }
+    for role, tag, name in (("generator-", "generator/busy_s", "busy"), ("rollout-", "rollout/gate_wait_s", "gate")):
+        series = [s[tag] for folder, s in curves.items() if folder.startswith(role) and tag in s]
+        if not series:
+            raise SarlError(f"bench rl: {run} has no {tag} curve")
+        used = sum(_last_before(pts, t1) - _last_before(pts, t0) for pts in series) / len(series)
+        key = "idle_generator" if name == "busy" else "idle_rollout"
+        out[key] = max(0.0, 1.0 - used / window) if name == "busy" else min(1.0, used / window)
+    return out
+
+
+def _wait_done(run: Path, steps: int, what: str, bar: Any, timeout_s: float) -> None:
+    """Until the learner and the generator of `run` are done (the run ends by itself)."""
+    deadline = time.time() + timeout_s
+    state = {role: run / "checkpoints" / role / "task-000000.json" for role in ("learner", "generator")}
+    shown = 0
+    while time.time() < deadline:
+        got = {r: json.loads(p.read_text()) if p.exists() else {} for r, p in state.items()}
+        step = int(got["learner"].get("step", 0))
+        bar.update(max(0, min(step, steps) - shown))
+        shown = max(shown, min(step, steps))
+        if all(g.get("done") for g in got.values()):
+            return
+        time.sleep(1.0)
+    raise SarlError(f"bench rl: the {what} run did not finish in {timeout_s:.0f} s ({run})")
+
+
+def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+    from tqdm import tqdm
+
+    from rl.tasks.format import write_tasks
+    from rl.tasks.generate import generate
+
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        raise SarlError(f"bench rl: pins the roles to 2 groups of cores; this process may use {len(cores)} core")
+    half = len(cores) // 2
+    gen, lrn = cores[:half], cores[half:]
+    p = QUICK if args.quick else FULL
+    model = str(Path(args.model).resolve()) if args.model else "smollm2-135m-instruct"
+    engine = 'type = "hf"\nmax_model_len = 1024' if args.quick else 'type = "vllm"\nmax_model_len = 2048'
+    work = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="sarl-bench-rl-"))
+    work.mkdir(parents=True, exist_ok=True)
+    tasks = work / "tasks.jsonl"
+    write_tasks(tasks, generate("all", 60, seed=1))
+    sarl = str(Path(sys.executable).with_name("sarl"))
+    r: dict[str, Any] = {"quick": bool(args.quick), "model": args.model or "smollm2-135m-instruct", **asdict(p)}
+    r.update(generator_cores=gen, learner_cores=lrn, samples_per_step=p.samples_per_step)
+    bar = tqdm(total=2 * p.steps, desc="bench rl (learner steps, sync then async)", file=sys.stderr)
+    try:
+        for mode in ("sync", "async"):
+            folder = work / mode
+            folder.mkdir(exist_ok=True)
+            cfg = folder / "run.toml"
+            cfg.write_text(_config(mode, model, tasks, engine, p, gen, lrn))
+            out = subprocess.run([sarl, "submit", str(cfg), "--cluster", "local"], cwd=folder,
+                                 capture_output=True, text=True)  # fmt: skip
+            if out.returncode != 0:
+                raise SarlError(f"bench rl: sarl submit of the {mode} run failed:\n{out.stderr[-2000:]}")
+            run = folder / "runs" / mode
+            try:
+                _wait_done(run, p.steps, mode, bar, timeout_s=args.timeout)
+            finally:
+                subprocess.run([sarl, "cancel", str(run)], cwd=folder, capture_output=True)
+            for k, v in _figures(run).items():
+                r[f"{mode}_{k}"] = round(v, 4)
+    finally:
+        bar.close()
+        if not args.dir:
+            shutil.rmtree(work, ignore_errors=True)
+    r["ratio"] = round(r["async_samples_s"] / max(r["sync_samples_s"], 1e-12), 3)
+    return r, _lines(r)
+
+
+def _lines(r: dict[str, Any]) -> list[str]:
+    def row(mode: str) -> str:
+        return (
+            f"  {mode:<6} {r[f'{mode}_samples_s']:8.3f} samples/s   idle: generator {r[f'{mode}_idle_generator']:5.0%}"
+            f"  learner {r[f'{mode}_idle_learner']:5.0%}  rollout {r[f'{mode}_idle_rollout']:5.0%}"
+            f"   ({r[f'{mode}_window_s']:.0f} s steady window)"
+        )
+
+    return [
+        f"rl: trained samples/s of a whole run, {r['steps']} steps of {r['samples_per_step']} samples, "
+        f"{r['max_tokens']} tokens per reply; generator and rollout on cores {r['generator_cores']}, "
+        f"learner on {r['learner_cores']}" + (" [--quick: not a measurement]" if r["quick"] else ""),
+        row("sync"),
+        row("async"),
+        f"  async / sync {r['ratio']} (target >= 1.5); generator idle in async "
+        f"{r['async_idle_generator']:.0%} (target < 20%)",
+    ]
