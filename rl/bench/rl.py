@@ -63,6 +63,10 @@ QUICK = Shape(steps=3, groups_per_step=1, group_size=2, max_tokens=8, train_top_
 
 
 def _config(mode: str, model: str, tasks: Path, engine: str, p: Shape, gen: list[int], lrn: list[int]) -> str:
+    """The run's config. Episodes in flight: two steps' worth, so that in
+    async mode the next step's replies are generated while this step's are
+    verified (the staleness gate bounds how far ahead; a sync round is one
+    step)."""
     stale = "max_staleness = 1\n" if mode == "async" else ""
     top = f"train_top_layers = {p.train_top_layers}\n" if p.train_top_layers else ""
     return f"""
@@ -86,7 +90,7 @@ tasks_file = {json.dumps(str(tasks))}
 groups = {p.steps * p.groups_per_step}
 groups_per_step = {p.groups_per_step}
 group_size = {p.group_size}
-concurrency = {p.samples_per_step}
+concurrency = {2 * p.samples_per_step}
 batch_groups = 1
 {stale}[rollout.agent]
 max_turns = 1

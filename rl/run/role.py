@@ -26,6 +26,7 @@ import submitit
 
 from rl.config import Config, LocalExecutor, RoleConfig
 from rl.fsio import read_json, write_json
+from rl.run.recovery import recovering
 from rl.run.rundir import RunDir
 
 
@@ -71,6 +72,7 @@ class Role(submitit.helpers.Checkpointable):
         self.state: dict[str, Any] = {}
         self.task = -1
         self.rank = 0
+        self._beat_info: dict[str, Any] = {}
 
     # ------------------------------------------------------------ lifecycle
     def __call__(self, task: int) -> dict[str, Any]:
@@ -93,7 +95,8 @@ class Role(submitit.helpers.Checkpointable):
                 "cpus": sorted(os.sched_getaffinity(0)),  # the cores it may run on (job.cpu_list)
             }
             self.commit(starts=[*self.state.get("starts", []), start])
-            result = self.run(cfg, role_cfg)
+            with recovering(self, cfg):
+                result = self.run(cfg, role_cfg)
             self.commit(done=True, result=result)
             return result
 
@@ -144,6 +147,7 @@ class Role(submitit.helpers.Checkpointable):
         """Record a sign of life: when, where, which job, how far."""
         if self.rank != 0:
             return
+        self._beat_info = info
         rd = RunDir(self.run_dir)
         write_json(
             rd.heartbeat_path(self.name, self.task),
@@ -156,6 +160,10 @@ class Role(submitit.helpers.Checkpointable):
                 **info,
             },
         )
+
+    def rebeat(self) -> None:
+        """The last beat again, with the time of now (rl.run.recovery.Beat)."""
+        self.beat(**self._beat_info)
 
     # --------------------------------------------------- local parallelism
     @contextlib.contextmanager

@@ -18,6 +18,7 @@ from typing import Any
 
 from rl.fsio import read_json
 from rl.run.executors import LIVE_STATES, SubmitError, failure_text, local_state, slurm_states, submission_label
+from rl.run.recovery import given_up
 from rl.run.rundir import RunDir
 
 
@@ -144,6 +145,10 @@ def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) ->
                 ts.reason = "; ".join(w for w in why if w)
         if state.get("done"):
             ts.status = "DONE"
+        elif ts.failed:
+            stopped = given_up(rd, role, task)
+            if stopped:  # the watchers no longer start it (rl.run.recovery)
+                ts.reason = f"not restarted: {stopped}" + (f"; {ts.reason}" if ts.reason else "")
         out.detail.append(ts)
     return out
 

@@ -1,0 +1,234 @@
+"""Recovery without a human (`[run.recovery] enabled = true`).
+
+There is no controller. Every task's process beats from a thread of its own
+(`Beat`) every `beat_s`, so a heartbeat older than `hung_s` means that the
+process itself no longer runs: stopped (SIGSTOP), on a frozen node, stuck
+in the kernel. Task 0 of each role also runs a `Watcher` thread: every
+`check_s` it reads the run's status as `sarl status` does (the run
+directory, and squeue/sacct or the local processes). When some task is dead
+or hung, it starts `python -m rl.run.recovery RUN_DIR` with its own job's
+SLURM_* and SUBMITIT_* variables removed, so that none leaks into the new
+submission. That process takes the run's lock without waiting (another
+watcher, or a person's `sarl resume`, holding it does the same work), looks
+again, and then:
+
+  * cancels each hung task (a heartbeat from its current job, older than
+    `hung_s`); the cancelled task is dead at the next look;
+  * records each dead task's death once per job (job id, state, reason) in
+    RUN_DIR/recovery/ROLE/task-NNNNNN.json;
+  * resubmits the dead tasks as `sarl resume` does (they continue from their
+    committed state), except a task that died `max_restarts` times within
+    `window_s`: that one is given up with the reason, which `sarl status`
+    shows. `sarl resume` clears the record and starts it once more.
+
+Not covered:
+  * a run whose every watcher (task 0 of every role) died at once has nobody
+    left to bring it back: `sarl resume`;
+  * the beat proves that the process runs, not that its main thread makes
+    progress: a deadlock inside a running process is not detected;
+  * a task that hangs before its first beat (in its imports) is not detected.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rl.config import Config
+from rl.fsio import read_json, write_json
+from rl.run.rundir import RunDir
+
+log = logging.getLogger("sarl.recovery")
+
+
+@dataclass
+class Action:
+    """What a look at the run found to do for one task."""
+
+    role: str
+    task: int
+    kind: str
+    """`dead` (resubmit it) or `hung` (cancel it first)."""
+    job_id: str
+    """The job the task last ran as (`12_3`, or a local controller's pid)."""
+    reason: str
+
+
+def record_path(rd: RunDir, role: str, task: int) -> Path:
+    return rd.path / "recovery" / role / f"task-{task:06d}.json"
+
+
+def given_up(rd: RunDir, role: str, task: int) -> str:
+    """Why the watchers no longer start this task (empty: they do)."""
+    rec = read_json(record_path(rd, role, task)) or {}
+    return str(rec.get("given_up", ""))
+
+
+def clear(rd: RunDir, role: str, tasks: list[int]) -> None:
+    """A person resubmitted these tasks (`sarl resume`): their deaths so far no longer count."""
+    for t in tasks:
+        record_path(rd, role, t).unlink(missing_ok=True)
+
+
+def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
+    """Every task that is dead (and not given up) or hung, from the run
+    directory and the scheduler alone."""
+    from rl.run.status import role_status
+
+    now = time.time() if now is None else now
+    hung_s = cfg.run.recovery.hung_s
+    out: list[Action] = []
+    for role, rc in cfg.roles().items():
+        st = role_status(rd, role, rc.tasks, now)
+        if st.scheduler_error:  # its tasks may still run: acting now could run them twice
+            continue
+        for t in st.detail:
+            job = t.job_id.removeprefix("pid ")
+            if t.status == "RUNNING":
+                beat = read_json(rd.heartbeat_path(role, t.task)) or {}
+                age = now - float(beat.get("at", now))
+                if str(beat.get("job_id")) == job and age > hung_s:  # its own beat, not a predecessor's
+                    out.append(Action(role, t.task, "hung", job, f"no heartbeat for {age:.0f} s"))
+            elif t.failed and not given_up(rd, role, t.task):
+                out.append(Action(role, t.task, "dead", job, f"{t.status}: {t.reason}".rstrip(": ")))
+    return out
+
+
+@contextlib.contextmanager
+def _try_lock(rd: RunDir) -> Iterator[bool]:
+    """The run's lock (RunDir.lock) if it is free now; False when held."""
+    with open(rd.path / ".lock", "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def recover(rd: RunDir) -> list[Action]:
+    """One round, under the run's lock: cancel the hung, record the deaths,
+    resubmit the dead that are not in a crash loop. Returns what it did."""
+    from rl.run.executors import cancel_tasks, submit_role
+
+    with _try_lock(rd) as got:
+        if not got:
+            return []
+        cfg = rd.config()
+        rc = cfg.run.recovery
+        done: list[Action] = []
+        resubmit: dict[str, list[int]] = {}
+        for a in look(rd, cfg):
+            if a.kind == "hung":
+                record = _submission_of(rd, a.role, a.task)
+                if record is not None:
+                    cancel_tasks(record, [a.task])
+                    log.warning("%s task %d is hung (%s): cancelled", a.role, a.task, a.reason)
+                    done.append(a)
+                continue
+            path = record_path(rd, a.role, a.task)
+            rec: dict[str, Any] = read_json(path) or {"deaths": []}
+            if not any(d["job_id"] == a.job_id for d in rec["deaths"]):
+                rec["deaths"].append({"job_id": a.job_id, "at": time.time(), "reason": a.reason})
+            recent = [d for d in rec["deaths"] if time.time() - d["at"] <= rc.window_s]
+            if len(recent) > rc.max_restarts:
+                rec["given_up"] = (
+                    f"crash loop: died {len(recent)} times in {rc.window_s:.0f} s "
+                    f"(run.recovery.max_restarts = {rc.max_restarts}); last: {a.reason}"
+                )
+                log.error("%s task %d: %s", a.role, a.task, rec["given_up"])
+            else:
+                resubmit.setdefault(a.role, []).append(a.task)
+                done.append(a)
+            write_json(path, rec)
+        for role, tasks in resubmit.items():
+            submit_role(rd, cfg, role, tasks)
+            log.warning("%s tasks %s were dead: resubmitted", role, tasks)
+        return done
+
+
+def _submission_of(rd: RunDir, role: str, task: int) -> dict[str, Any] | None:
+    """The newest submission record that holds `task`."""
+    for rec in reversed(rd.submissions(role)):
+        if task in rec["tasks"]:
+            return rec
+    return None
+
+
+def clean_env() -> dict[str, str]:
+    """This process's environment less its own job's Slurm and submitit
+    variables, which would otherwise reach the jobs it submits."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
+
+
+class Beat(threading.Thread):
+    """Calls `beat()` every `every` seconds until stopped."""
+
+    def __init__(self, beat: Any, every: float):
+        super().__init__(name="sarl-beat", daemon=True)
+        self.beat_fn, self.every, self.stop = beat, every, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.every):
+            try:
+                self.beat_fn()
+            except Exception:  # a full disk now: the next beat tries again
+                log.exception("heartbeat failed")
+
+
+class Watcher(threading.Thread):
+    """Task 0 of a role: looks at the run every `check_s`, and when a task is
+    dead or hung starts the recovery round in a process of its own."""
+
+    def __init__(self, run_dir: str, check_s: float):
+        super().__init__(name="sarl-watch", daemon=True)
+        self.rd, self.check_s, self.stop = RunDir(run_dir), check_s, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(self.check_s):
+            try:
+                if look(self.rd, self.rd.config()):
+                    cmd = [sys.executable, "-m", "rl.run.recovery", str(self.rd.path)]
+                    out = subprocess.run(cmd, env=clean_env(), capture_output=True, text=True, timeout=300)
+                    if out.returncode != 0:
+                        log.error("recovery round failed: %s", out.stderr.strip()[-2000:])
+            except Exception:  # the watcher outlives a bad round (Slurm did not answer, a torn file)
+                log.exception("recovery look failed")
+
+
+@contextlib.contextmanager
+def recovering(role: Any, cfg: Config) -> Iterator[None]:
+    """While a role's task runs: its beat thread, and on task 0 the watcher."""
+    rc = cfg.run.recovery
+    if not rc.enabled or role.rank != 0:
+        yield
+        return
+    threads: list[Beat | Watcher] = [Beat(role.rebeat, rc.beat_s)]
+    if role.task == 0:
+        threads.append(Watcher(role.run_dir, rc.check_s))
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        for t in threads:
+            t.stop.set()
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    for a in recover(RunDir(sys.argv[1])):
+        print(f"{a.kind} {a.role} {a.task} {a.job_id}: {a.reason}")
