@@ -32,7 +32,6 @@ Not covered:
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import subprocess
@@ -104,27 +103,12 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
     return out
 
 
-@contextlib.contextmanager
-def _try_lock(rd: RunDir) -> Iterator[bool]:
-    """The run's lock (RunDir.lock) if it is free now; False when held."""
-    with open(rd.path / ".lock", "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
 def recover(rd: RunDir) -> list[Action]:
     """One round, under the run's lock: cancel the hung, record the deaths,
     resubmit the dead that are not in a crash loop. Returns what it did."""
     from rl.run.executors import cancel_tasks, submit_role
 
-    with _try_lock(rd) as got:
+    with rd.lock(wait=False) as got:
         if not got:
             return []
         cfg = rd.config()

@@ -104,12 +104,18 @@ class RunDir:
 
     # ----------------------------------------------------------- submissions
     @contextlib.contextmanager
-    def lock(self) -> Iterator[None]:
-        """Serialise the commands that submit or cancel jobs of this run."""
+    def lock(self, wait: bool = True) -> Iterator[bool]:
+        """Serialise the commands that submit or cancel jobs of this run.
+        Yields True when held; with `wait = False`, False at once when
+        another process holds it (and nothing is held)."""
         with open(self.path / ".lock", "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
             try:
-                yield
+                fcntl.flock(f, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield False
+                return
+            try:
+                yield True
             finally:
                 fcntl.flock(f, fcntl.LOCK_UN)
 
