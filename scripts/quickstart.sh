@@ -8,7 +8,7 @@
 #      sandboxes, and the learner, on the same training tasks;
 #   5. evaluate the base model and the trained one on the held-out tasks
 #      (greedy, one sample per task) and print both with standard errors.
-# About 35 minutes on 2 cores (docs/benchmarks.md: sarl bench learn).
+# About 20 minutes on 2 cores (docs/benchmarks.md: sarl bench learn).
 # Runs go to runs/; a second call resumes them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
