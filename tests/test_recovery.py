@@ -93,6 +93,15 @@ def test_a_crash_loop_is_given_up_after_max_restarts_with_the_reason_in_status(w
         sarl("resume", str(run), cwd=workdir)
         assert _deaths(run, 1) == []
         wait_for(lambda: len(_state(run, 1).get("starts", [])) == 4, 60, "the resumed task 1")
+        # a person's `sarl cancel` sticks: a recovery round after it (as a watcher whose job
+        # outlives the scancel would run) resubmits nothing
+        sarl("cancel", str(run), cwd=workdir)
+        records = sorted((run / "submissions" / "smoke").glob("*.json"))
+        from rl.run.recovery import recover
+        from rl.run.rundir import RunDir
+
+        assert recover(RunDir(run)) == []
+        assert sorted((run / "submissions" / "smoke").glob("*.json")) == records
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)
 

@@ -66,7 +66,10 @@ def _config(mode: str, model: str, tasks: Path, engine: str, p: Shape, gen: list
     """The run's config. Episodes in flight: two steps' worth, so that in
     async mode the next step's replies are generated while this step's are
     verified (the staleness gate bounds how far ahead; a sync round is one
-    step)."""
+    step). Groups: twice what the steps need. A step takes whole batches
+    until it has `samples_per_step`, and a batch may hold several groups, so
+    an async step can take more than its share; the run is cancelled once
+    the learner is done."""
     stale = "max_staleness = 1\n" if mode == "async" else ""
     top = f"train_top_layers = {p.train_top_layers}\n" if p.train_top_layers else ""
     return f"""
@@ -87,7 +90,7 @@ cpu_list = {gen}
 mem_gb = 8
 [rollout]
 tasks_file = {json.dumps(str(tasks))}
-groups = {p.steps * p.groups_per_step}
+groups = {2 * p.steps * p.groups_per_step}
 groups_per_step = {p.groups_per_step}
 group_size = {p.group_size}
 concurrency = {2 * p.samples_per_step}
@@ -145,16 +148,16 @@ def _figures(run: Path) -> dict[str, float]:
 
 
 def _wait_done(run: Path, steps: int, what: str, bar: Any, timeout_s: float) -> None:
-    """Until the learner and the generator of `run` are done (the run ends by itself)."""
+    """Until the learner of `run` is done."""
     deadline = time.time() + timeout_s
-    state = {role: run / "checkpoints" / role / "task-000000.json" for role in ("learner", "generator")}
+    state = run / "checkpoints" / "learner" / "task-000000.json"
     shown = 0
     while time.time() < deadline:
-        got = {r: json.loads(p.read_text()) if p.exists() else {} for r, p in state.items()}
-        step = int(got["learner"].get("step", 0))
-        bar.update(max(0, min(step, steps) - shown))
-        shown = max(shown, min(step, steps))
-        if all(g.get("done") for g in got.values()):
+        got = json.loads(state.read_text()) if state.exists() else {}
+        step = min(int(got.get("step", 0)), steps)
+        bar.update(max(0, step - shown))
+        shown = max(shown, step)
+        if got.get("done"):
             return
         time.sleep(1.0)
     raise SarlError(f"bench rl: the {what} run did not finish in {timeout_s:.0f} s ({run})")
