@@ -38,15 +38,9 @@ def _training_over(rd: RunDir, cfg: Config) -> bool:
     """In a run with a learner, the generators' work ends with the learner's
     and every rollout worker's; a run of generators alone serves on (until
     `serve_s`). The rollout count is read afresh: `sarl scale` changes it."""
-    from rl.fsio import read_json
-
-    def done(role: str, task: int) -> bool:
-        return bool((read_json(rd.state_path(role, task)) or {}).get("done"))
-
-    if cfg.learner is None or not done("learner", 0):
+    if cfg.learner is None or not rd.all_done("learner"):
         return False
-    now = rd.config()
-    return now.rollout is None or all(done("rollout", t) for t in range(now.rollout.tasks))
+    return cfg.rollout is None or rd.all_done("rollout")
 
 
 def host_address() -> str:

@@ -44,6 +44,7 @@ class Learner(Role):
             f"step {s['step']}, {s.get('batches', 0)} batches consumed, loss {s.get('loss', 0.0):.4f}, "
             f"reward {s.get('reward_mean', 0.0):.3f}, mismatch KL {s.get('mismatch_kl', 0.0):.4f}, "
             f"{len(s.get('quarantined', {}))} batches quarantined"
+            + (f"; ended early: {s['ended']}" if s.get("ended") else "")
         )
 
     def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:

@@ -320,6 +320,39 @@ def test_a_step_takes_whole_groups_and_drops_stale_ones_counted(tmp_path: Path) 
     assert [k for k, _ in skipped] == [("rollout-000000", 2)] and "unreadable batch" in skipped[0][1]
 
 
+def test_once_no_batch_will_come_what_is_left_makes_a_last_smaller_step(tmp_path: Path) -> None:
+    """`exhausted()` is asked before each scan: a batch committed before the
+    rollouts said they were done is always seen by the scan after it."""
+    from rl.learner.data import take_step
+    from rl.store import Cursor
+
+    store = Store(tmp_path)
+    w = store.writer("rollout-000000")
+    ids, mask = np.arange(5, dtype=np.int32), np.array([0, 1, 1, 1, 1], dtype=np.uint8)
+    for g in range(3):
+        w.write(g, [Sample("t", g, 0, ids, mask, np.zeros(5, np.float32), 1.0) for _ in range(2)])
+    cursor = Cursor()
+    never, skip = (lambda: False), (lambda key, why: None)
+    first = take_step(store, cursor, 4, None, 0, None, False, 0.01, should_stop=never, skip=skip)
+    assert first is not None and len(first.samples) == 4
+    for key in first.keys:
+        cursor.add(key)
+    calls: list[int] = []
+
+    def exhausted() -> bool:  # the worker says it is done only after the scan that missed its last batch
+        calls.append(1)
+        if len(calls) == 2:
+            w.write(3, [Sample("t", 3, 0, ids, mask, np.zeros(5, np.float32), 1.0) for _ in range(2)])
+        return len(calls) >= 2
+
+    last = take_step(store, cursor, 4, None, 0, None, False, 0.01, should_stop=never, skip=skip, exhausted=exhausted)
+    assert last is not None and [k[1] for k in last.keys] == [2, 3] and len(last.samples) == 4
+    for key in last.keys:
+        cursor.add(key)
+    done = lambda: True  # noqa: E731
+    assert take_step(store, cursor, 4, None, 0, None, False, 0.01, should_stop=never, skip=skip, exhausted=done) is None
+
+
 @pytest.mark.slow
 def test_usr2_saves_the_last_step_at_once_and_the_requeued_learner_goes_on(workdir: Path, tiny_model: Path) -> None:
     run = _start(workdir, "usr2", tiny_model, steps=8, extra="checkpoint_every = 100\n")  # only USR2 and the end

@@ -105,3 +105,40 @@ def test_a_short_sync_run_and_a_short_async_run_of_all_three_roles_consume_every
     with ThreadPoolExecutor(2) as pool:
         for f in [pool.submit(_run_and_check, workdir, tiny_model, mode) for mode in ("sync", "async")]:
             f.result()
+
+
+@pytest.mark.slow
+def test_a_learner_with_fewer_rollouts_than_its_steps_need_trains_what_came_and_the_run_ends(
+    workdir: Path, tiny_model: Path
+) -> None:
+    """3 groups of 2 (6 samples) for a learner of 4 steps of 4: step 1 takes
+    4 samples; once the rollout worker is done, the 2 left make a last,
+    smaller step 2, and the learner ends, saying why, instead of waiting
+    forever. Every batch is consumed once, and the generator ends with it."""
+    folder = workdir / "short"
+    folder.mkdir()
+    write_tasks(folder / "tasks.jsonl", generate("arithmetic", 6, seed=2))
+    body = _config(tiny_model, folder / "tasks.jsonl", "async").replace("groups = 8", "groups = 3")
+    cfg = write_config(folder, body + '[executor]\ntype = "local"\n')
+    sarl("submit", str(cfg), cwd=folder)
+    run = folder / "runs" / "w"
+
+    def done(role: str) -> bool:
+        path = run / "checkpoints" / role / "task-000000.json"
+        return path.exists() and bool(task_state(run, 0, role).get("done"))
+
+    try:
+        wait_for(lambda: done("learner"), 300, "the learner to end")
+        state = task_state(run, 0, "learner")
+        assert state["step"] == 2 and "the rollout workers are done" in state["ended"], state
+        assert "ended early" in sarl("status", str(run), cwd=folder).stdout
+        from rl.learner.checkpoints import LearnerCheckpoints
+
+        ck = LearnerCheckpoints(run).latest()
+        assert ck is not None and ck.step == 2
+        committed = {f"{w}/{s}" for w, s in Store(run / "store.zarr").reader().committed()}
+        consumed = Counter(k for _, keys in ck.meta["history"] for k in keys)
+        assert set(consumed.values()) == {1} and set(consumed) == committed  # each batch once, none left
+        wait_for(lambda: done("generator"), 120, "the generator to end with the learner")
+    finally:
+        sarl("cancel", str(run), cwd=folder, check=False)

@@ -45,11 +45,17 @@ def take_step(
     poll_s: float,
     should_stop: Callable[[], bool],
     skip: Callable[[tuple[str, int], str], None],
+    exhausted: Callable[[], bool] = lambda: False,
 ) -> StepData | None:
     """Block until a step's data is committed: `samples` samples, or
     `tokens` trained tokens when it is set. None when `should_stop()`.
     The cursor is not changed: the caller adds `keys` once the step is
-    applied. A batch that cannot be read is given to `skip(key, reason)` at once."""
+    applied. A batch that cannot be read is given to `skip(key, reason)` at once.
+
+    `exhausted()`: no batch will be committed any more (every rollout worker
+    is done). It is asked before a scan, so that the scan sees every batch
+    committed before it; then what is left makes a last, smaller step, or
+    None when nothing is."""
     reader = store.reader()
     if sync:
         max_staleness = 0  # a step at version v trains on samples of v alone
@@ -57,7 +63,9 @@ def take_step(
     taken: list[tuple[str, int]] = []
     out: list[Sample] = []
     dropped = 0
+    full = False
     while True:
+        last = exhausted()
         for key in reader.unconsumed(cursor):
             if key in seen:
                 continue
@@ -84,10 +92,12 @@ def take_step(
                 else sum(int(np.asarray(s.loss_mask).sum()) for s in out) >= tokens
             )
             if full:
-                if sync:  # commit order varies from run to run; the round's samples do not
-                    out.sort(key=lambda s: (s.group_id, s.episode_id))
-                return StepData(out, taken, dropped, sorted({s.policy_version for s in out}))
-        if should_stop():
+                break
+        if full or (last and taken):
+            if sync:  # commit order varies from run to run; the round's samples do not
+                out.sort(key=lambda s: (s.group_id, s.episode_id))
+            return StepData(out, taken, dropped, sorted({s.policy_version for s in out}))
+        if last or should_stop():
             return None
         time.sleep(poll_s)
 

@@ -13,6 +13,9 @@
         step += 1, and the cursor takes the batches, together
         publish weight version `step` every `publish_every` steps
         checkpoint every `checkpoint_every` steps, at the end, and on USR2
+    once every rollout worker is done, what is left makes a last, smaller
+        step, and the learner ends (before `steps`, saying so): a run with
+        fewer rollouts than its steps need ends instead of waiting forever
 
 Exactly once: the cursor travels inside the checkpoint with the weights it
 produced, so a learner killed at any instant resumes with exactly the
@@ -38,6 +41,7 @@ from rl.learner.checkpoints import LearnerCheckpoints
 from rl.learner.config import LearnerRole
 from rl.learner.data import StepData, take_step
 from rl.learner.references import References
+from rl.run.rundir import RunDir
 from rl.store import Cursor, Store
 
 log = logging.getLogger("sarl.learner")
@@ -79,6 +83,9 @@ class Learner:
         self.references: References | None = None
         self.lead = True
         """Rank 0: the one that reads and writes the store and the run directory."""
+        self.ended = ""
+        """Why the loop ended before `steps` (empty: it did not)."""
+        self._rollouts_read = float("-inf")
 
     def run(self) -> dict[str, Any]:
         from rl.learner.trainer import Trainer
@@ -94,6 +101,10 @@ class Learner:
             t0 = time.monotonic()
             data = self._next_data()
             if data is None:
+                if not self.stopping:  # the rollouts ended with every batch consumed
+                    self.ended = f"the rollout workers are done and every batch is consumed, at step {self.step}"
+                    log.warning("learner ends before step %d: %s", self.lc.steps, self.ended)
+                    self.save_state(ended=self.ended)
                 break
             t1 = time.monotonic()
             samples = data.samples
@@ -123,7 +134,8 @@ class Learner:
             self.save_checkpoint()
         if tb is not None:
             tb.close()
-        return {"step": self.step, "batches": len(self.cursor), "quarantined": len(self.quarantined)}
+        out: dict[str, Any] = {"step": self.step, "batches": len(self.cursor), "quarantined": len(self.quarantined)}
+        return {**out, "ended": self.ended} if self.ended else out
 
     # ------------------------------------------------------------ the parts
     def _references(self, model_path: Path) -> References | None:
@@ -147,9 +159,18 @@ class Learner:
                 self.store, self.cursor, self.lc.samples_per_step, self.lc.tokens_per_step, self.step,
                 self.lc.max_staleness,
                 self.cfg.run.mode == "sync", self.lc.poll_s, lambda: self.stopping,
-                lambda key, why: self._consume([key], why),
+                lambda key, why: self._consume([key], why), self._rollouts_over,
             )  # fmt: skip
         return dist.broadcast(data)
+
+    def _rollouts_over(self) -> bool:
+        """Every rollout worker of the run is done: no batch will come after
+        those committed. Read at most every 10 s (a file per worker); a run
+        without rollout workers (batches written by other means) never is."""
+        if self.cfg.rollout is None or time.monotonic() - self._rollouts_read < 10.0:
+            return False
+        self._rollouts_read = time.monotonic()
+        return RunDir(self.run_dir).all_done("rollout")
 
     def _resume(self) -> None:
         latest = dist.broadcast(self.checkpoints.latest() if self.lead else None)

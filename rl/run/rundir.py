@@ -55,6 +55,12 @@ class RunDir:
     def exists(self) -> bool:
         return self.config_path.is_file()
 
+    def all_done(self, role: str) -> bool:
+        """Every task of `role` committed `done` (the count read afresh from
+        run.toml: `sarl scale` changes it); False when the run has no such role."""
+        rc = self.config().roles().get(role)
+        return rc is not None and all((read_json(self.state_path(role, t)) or {}).get("done") for t in range(rc.tasks))
+
     # --------------------------------------------------------------- config
     def config(self) -> Config:
         """The frozen config of the run."""
