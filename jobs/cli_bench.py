@@ -70,6 +70,7 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--dir", type=Path, default=None, help="keep the runs in this folder (default: a temporary one)")
     b.add_argument("--model", default=None, help="base model checkpoint folder (default: the built-in SmolLM2-135M)")
     b.add_argument("--timeout", type=float, default=3600, help="seconds each run may take")
+    b.add_argument("--max-staleness", type=int, default=2, help="async mode's bound, in versions (>= 1)")
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
     b.add_argument("--tasks", type=int, default=1000)
     b.add_argument("--partition", default=None)

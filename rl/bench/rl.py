@@ -2,7 +2,7 @@
 async mode beside sync mode, measured in the same invocation.
 
 One config, run twice on the local executor (`run.mode = "sync"`, then
-`"async"` with `max_staleness = 1`): a generator, a rollout worker (the agent
+`"async"` with `max_staleness = 2`, `--max-staleness`): a generator, a rollout worker (the agent
 in bubblewrap sandboxes, rewarded by hidden tests) and the learner, on
 generated tasks. Each role is pinned to its own cores (`job.cpu_list`): the
 generator and the rollout worker on the first half of this process's cores,
@@ -62,7 +62,9 @@ FULL = Shape(steps=6, groups_per_step=2, group_size=4, max_tokens=96, train_top_
 QUICK = Shape(steps=3, groups_per_step=1, group_size=2, max_tokens=8, train_top_layers=None)
 
 
-def _config(mode: str, model: str, tasks: Path, engine: str, p: Shape, gen: list[int], lrn: list[int]) -> str:
+def _config(
+    mode: str, model: str, tasks: Path, engine: str, p: Shape, gen: list[int], lrn: list[int], stale_max: int
+) -> str:
     """The run's config. Episodes in flight: two steps' worth, so that in
     async mode the next step's replies are generated while this step's are
     verified (the staleness gate bounds how far ahead; a sync round is one
@@ -70,7 +72,7 @@ def _config(mode: str, model: str, tasks: Path, engine: str, p: Shape, gen: list
     until it has `samples_per_step`, and a batch may hold several groups, so
     an async step can take more than its share; the run is cancelled once
     the learner is done."""
-    stale = "max_staleness = 1\n" if mode == "async" else ""
+    stale = f"max_staleness = {stale_max}\n" if mode == "async" else ""
     top = f"train_top_layers = {p.train_top_layers}\n" if p.train_top_layers else ""
     return f"""
 [run]
@@ -131,7 +133,8 @@ def _figures(run: Path) -> dict[str, float]:
         raise SarlError(f"bench rl: {run} has fewer than 2 learner steps in TensorBoard")
     t0, t1 = steps[0][0], steps[-1][0]
     window = max(t1 - t0, 1e-9)
-    waits = [v for w, _, v in learner.get("learner/wait_s", []) if t0 < w <= t1 + 1e-6]
+    # by step, not wall time: step 1's figures are written a moment after t0
+    waits = [v for _, step, v in learner.get("learner/wait_s", []) if step > steps[0][1]]
     out = {
         "samples_s": sum(v for _, _, v in steps[1:]) / window,
         "window_s": window,
@@ -184,13 +187,14 @@ def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     sarl = str(Path(sys.executable).with_name("sarl"))
     r: dict[str, Any] = {"quick": bool(args.quick), "model": args.model or "smollm2-135m-instruct", **asdict(p)}
     r.update(generator_cores=gen, learner_cores=lrn, samples_per_step=p.samples_per_step)
+    r["max_staleness"] = args.max_staleness
     bar = tqdm(total=2 * p.steps, desc="bench rl (learner steps, sync then async)", file=sys.stderr)
     try:
         for mode in ("sync", "async"):
             folder = work / mode
             folder.mkdir(exist_ok=True)
             cfg = folder / "run.toml"
-            cfg.write_text(_config(mode, model, tasks, engine, p, gen, lrn))
+            cfg.write_text(_config(mode, model, tasks, engine, p, gen, lrn, args.max_staleness))
             out = subprocess.run([sarl, "submit", str(cfg), "--cluster", "local"], cwd=folder,
                                  capture_output=True, text=True)  # fmt: skip
             if out.returncode != 0:
@@ -220,8 +224,9 @@ def _lines(r: dict[str, Any]) -> list[str]:
 
     return [
         f"rl: trained samples/s of a whole run, {r['steps']} steps of {r['samples_per_step']} samples, "
-        f"{r['max_tokens']} tokens per reply; generator and rollout on cores {r['generator_cores']}, "
-        f"learner on {r['learner_cores']}" + (" [--quick: not a measurement]" if r["quick"] else ""),
+        f"{r['max_tokens']} tokens per reply, async max_staleness {r['max_staleness']}; generator and rollout on "
+        f"cores {r['generator_cores']}, learner on {r['learner_cores']}"
+        + (" [--quick: not a measurement]" if r["quick"] else ""),
         row("sync"),
         row("async"),
         f"  async / sync {r['ratio']} (target >= 1.5); generator idle in async "
