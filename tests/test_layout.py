@@ -244,7 +244,8 @@ def test_json_output_is_one_document_even_when_libraries_print(workdir: Path) ->
 def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
     """Each JSON command, run for real; the costly benchmarks are run by
     their own tests (test_store, test_sandbox, test_verify, test_generate,
-    test_slurm, test_rollout, test_rollout_queue, test_learner, test_eval, test_export, test_bench_learn), which parse
+    test_slurm, test_rollout, test_rollout_queue, test_learner, test_eval, test_export, test_bench_learn,
+    test_bench_rl), which parse
     stdout the same way: `json.loads(stdout)`."""
     run = workdir / "runs" / "j"
     (run / "store.zarr").mkdir(parents=True)
@@ -270,6 +271,7 @@ def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
         "bench rollout",
         "bench learner",
         "bench learn",
+        "bench rl",
         "eval",
         "export",
         "tasks quarantined",
