@@ -58,7 +58,7 @@ class Shape:
         return self.groups_per_step * self.group_size
 
 
-FULL = Shape(steps=6, groups_per_step=2, group_size=4, max_tokens=96, train_top_layers=4)
+FULL = Shape(steps=6, groups_per_step=2, group_size=4, max_tokens=96, train_top_layers=8)
 QUICK = Shape(steps=3, groups_per_step=1, group_size=2, max_tokens=8, train_top_layers=None)
 
 
