@@ -49,6 +49,7 @@ def overview(rd: RunDir, cfg: Any) -> dict[str, Any]:
             "staleness": s.get("staleness"),
             "dropped_stale": s.get("dropped_stale"),
             "quarantined_batches": len(s.get("quarantined", {})),
+            "ended_early": s.get("ended", ""),
         }
     if cfg.generator is not None:
         gens = _states(rd, "generator", cfg.generator.tasks)
@@ -88,6 +89,7 @@ def render_overview(ov: dict[str, Any]) -> list[str]:
             f"learner     step {x['step']}/{x['steps']}, published version {x['published_version']}, "
             f"{x['batches_consumed']} batches consumed" + (f"; {figures}" if figures else "")
             + (f"; {x['quarantined_batches']} batches quarantined" if x["quarantined_batches"] else "")
+            + (f"; ended early: {x['ended_early']}" if x.get("ended_early") else "")
         )  # fmt: skip
     if ov.get("generators"):
         lines.append("generators  " + ", ".join(f"task {t}: version {v}" for t, v in ov["generators"].items()))
