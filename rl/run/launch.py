@@ -10,10 +10,12 @@ leaves no run directory behind.
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from rl.config import Config, ConfigError
+from rl.fsio import write_json
 from rl.run import recovery
 from rl.run.executors import SubmitError, cancel_submission, submission_label, submit_role
 from rl.run.rundir import RunDir
@@ -98,6 +100,7 @@ def _spans(tasks: list[int]) -> str:
 
 
 def _resubmit(rd: RunDir, cfg: Config) -> list[Submitted]:
+    rd.cancelled_path.unlink(missing_ok=True)  # a person brings the run back: its watchers with it
     out = []
     for role, rc in cfg.roles().items():
         st = role_status(rd, role, rc.tasks)
@@ -116,6 +119,7 @@ def cancel(rd: RunDir) -> list[str]:
     cfg = rd.config()
     cancelled = []
     with rd.lock():
+        write_json(rd.cancelled_path, {"at": time.time()})  # the run's watchers stand down, even after a failure
         for role, rc in cfg.roles().items():
             st = role_status(rd, role, rc.tasks)
             if st.scheduler_error:

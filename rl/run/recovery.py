@@ -20,8 +20,8 @@ again, and then:
     committed state), except a task that died `max_restarts` times within
     `window_s`: that one is given up with the reason, which `sarl status`
     shows. `sarl resume` clears the record and starts it once more.
-    A task that a person ended with `sarl cancel` stays down until
-    `sarl resume`.
+    After `sarl cancel` the watchers start nothing until `sarl resume`
+    (on Slurm a cancelled job may run on for a while, its watcher with it).
 
 Not covered:
   * a run whose every watcher (task 0 of every role) died at once has nobody
@@ -89,6 +89,8 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
     now = time.time() if now is None else now
     hung_s = cfg.run.recovery.hung_s
     out: list[Action] = []
+    if rd.cancelled_path.exists():  # a person cancelled the run: it stays down until `sarl resume`
+        return out
     for role, rc in cfg.roles().items():
         st = role_status(rd, role, rc.tasks, now)
         if st.scheduler_error:  # its tasks may still run: acting now could run them twice
@@ -100,7 +102,7 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
                 age = now - float(beat.get("at", now))
                 if str(beat.get("job_id")) == job and age > hung_s:  # its own beat, not a predecessor's
                     out.append(Action(role, t.task, "hung", job, f"no heartbeat for {age:.0f} s"))
-            elif t.failed and not given_up(rd, role, t.task) and not _cancelled_by_sarl(rd, role, t.task):
+            elif t.failed and not given_up(rd, role, t.task):
                 out.append(Action(role, t.task, "dead", job, f"{t.status}: {t.reason}".rstrip(": ")))
     return out
 
@@ -144,14 +146,6 @@ def recover(rd: RunDir) -> list[Action]:
             submit_role(rd, cfg, role, tasks)
             log.warning("%s tasks %s were dead: resubmitted", role, tasks)
         return done
-
-
-def _cancelled_by_sarl(rd: RunDir, role: str, task: int) -> bool:
-    """A person ended it with `sarl cancel`: it stays down until `sarl resume`.
-    (On Slurm a cancelled job may run on for a while after `scancel`, its
-    watcher with it: without this, that watcher would resubmit the run.)"""
-    rec = _submission_of(rd, role, task)
-    return rec is not None and bool(rec.get("cancelled_at"))
 
 
 def _submission_of(rd: RunDir, role: str, task: int) -> dict[str, Any] | None:

@@ -144,6 +144,12 @@ class RunDir:
         write_json(path, record)
         return path
 
+    @property
+    def cancelled_path(self) -> Path:
+        """Written by `sarl cancel`, removed by `sarl resume` and `sarl submit`:
+        while it exists, the run's own watchers start nothing (rl.run.recovery)."""
+        return self.path / "cancelled.json"
+
     def mark_cancelled(self, record: dict[str, Any]) -> None:
         rec = {k: v for k, v in record.items() if k != "_path"}
         rec["cancelled_at"] = time.time()
