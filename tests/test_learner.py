@@ -96,7 +96,14 @@ def _weights(run: Path, version: int) -> dict[str, np.ndarray]:
 
 
 def _start(
-    workdir: Path, name: str, tiny_model: Path, steps: int, extra: str = "", cluster: str = "local", ranks: int = 1
+    workdir: Path,
+    name: str,
+    tiny_model: Path,
+    steps: int,
+    extra: str = "",
+    cluster: str = "local",
+    ranks: int = 1,
+    groups: int | None = None,
 ) -> Path:
     folder = workdir / name
     folder.mkdir()
@@ -104,7 +111,7 @@ def _start(
     run = folder / "runs" / "l"
     # the run directory first (submit creates it), then the rollouts a learner waits for
     sarl("submit", str(cfg), "--cluster", cluster, cwd=folder)
-    _commit_rollouts(run, tiny_model, groups=2 * steps)
+    _commit_rollouts(run, tiny_model, groups=2 * steps if groups is None else groups)
     return run
 
 
@@ -206,11 +213,22 @@ def _learner_pid(run: Path) -> int | None:
 def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path) -> None:
     steps = 6
     straight = _start(workdir, "straight", tiny_model, steps)  # side by side: the result is not timing's
-    killed = _start(workdir, "killed", tiny_model, steps)
+    # the killed run is fed the same batches (one a step), in the same order, one step ahead of
+    # each kill point: it may be inside that step when killed, never past it (a fast machine ran
+    # the rest of the steps within the random delay before a kill)
+    killed = _start(workdir, "killed", tiny_model, steps, groups=0)
+    batches = _rollout_batches(tiny_model, groups=2 * steps)
+    writer = Store(killed / "store.zarr").writer("rollout-000000")
+
+    def feed(upto: int) -> None:
+        while writer.next_seq() < upto:
+            writer.write(writer.next_seq(), batches[writer.next_seq()])
+
     rng = random.Random(5)
     kills = 0
     try:
         for point in sorted(rng.sample(range(1, steps - 1), 3)):  # after these steps, at a random instant
+            feed(point + 1)
             # the step reached, by a live process (the state of a killed one may show it already)
             wait_for(lambda p=point: _state(killed).get("step", 0) >= p and _learner_pid(killed), 300, f"step {point}")
             time.sleep(rng.uniform(0.0, 0.8))
@@ -222,6 +240,7 @@ def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: 
             sarl("resume", str(killed), cwd=killed.parents[1])
             wait_for(lambda k=kills: len(_state(killed).get("starts", [])) == k + 1, 300, "the resumed learner")
         assert kills == 3
+        feed(steps)
         wait_for(lambda: _state(killed).get("done"), 600, "the resumed learner")
         wait_for(lambda: _state(straight).get("done"), 600, "the uninterrupted learner")
         a, b = _weights(straight, steps), _weights(killed, steps)
