@@ -397,30 +397,3 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     for s in samples:
         turns = int(np.sum(np.diff(np.concatenate([[0], s.loss_mask])) == 1))  # runs of sampled tokens
         assert turns == 2 and s.failure != "deadline", (s.episode_id, turns, s.failure)
-
-
-def test_a_batch_holds_batch_groups_groups_and_a_remainder_waits_unless_nothing_more_comes(
-    tmp_path: Path, tasks_file: Path
-) -> None:
-    """The commit rule of a real Worker, its batch writer replaced by a
-    recorder (the groups are placeholders: what is under test is how many go
-    into each batch). Groups that finish together are not one batch: a
-    learner step takes whole batches, and would eat the next version's."""
-    from rl.config import validate_config
-    from rl.rollout.worker import Worker
-
-    raw = {
-        "run": {"name": "b", "root": str(tmp_path)},
-        "executor": {"type": "local"},
-        "generator": {},
-        "rollout": {"tasks_file": str(tasks_file), "groups": 8, "group_size": 2, "batch_groups": 2},
-    }
-    cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
-    worker = Worker(cfg.run_dir, cfg, cfg.rollout, 0, {}, save=lambda **kw: None)
-    written: list[list[Any]] = []
-    worker._write_batch = lambda results: written.append(list(results))  # type: ignore[method-assign]
-    worker.pending = ["g0", "g1", "g2", "g3", "g4"]  # type: ignore[list-item]
-    worker._commit(partial=False)  # five finished together; more are coming
-    assert written == [["g0", "g1"], ["g2", "g3"]] and worker.pending == ["g4"]
-    worker._commit()  # nothing more comes (or a USR2 flush): the remainder too
-    assert written[-1] == ["g4"] and worker.pending == []

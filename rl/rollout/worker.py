@@ -190,7 +190,7 @@ class Worker:
                     self._finish(f)
                 nothing_more = (blocked or not todo) and not inflight
                 if len(self.pending) >= self.rc.batch_groups or (self.pending and nothing_more):
-                    self._commit(partial=nothing_more)
+                    self._commit()
         with self._critical():
             if self.pending and not self.stopping.is_set():
                 self._commit()
@@ -355,18 +355,8 @@ class Worker:
                 raise
         raise AssertionError("unreachable")
 
-    def _commit(self, partial: bool = True) -> None:
-        """Commit the pending groups, `batch_groups` to a batch, in the order
-        they finished; a smaller remainder too when `partial`, else it waits
-        for more. (One batch of every group that finished together would
-        let a learner step, which takes whole batches, eat the groups meant
-        for the next version.)"""
-        size = self.rc.batch_groups
-        while len(self.pending) >= size or (partial and self.pending):
-            results, self.pending = self.pending[:size], self.pending[size:]
-            self._write_batch(results)
-
-    def _write_batch(self, results: list[GroupResult]) -> None:
+    def _commit(self) -> None:
+        results, self.pending = self.pending, []
         samples = [s for r in results for s in to_samples(r)]
         seq = self._writer.next_seq()
         self._writer.write(seq, samples)
