@@ -14,6 +14,7 @@ failures by reason, abandoned groups, retries and the episode rate.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from rl.config import Config, RoleConfig, RolloutRole
@@ -26,6 +27,7 @@ class Rollout(Role):
     def __init__(self, run_dir: str):
         super().__init__(run_dir)
         self.worker: Any = None
+        self._loop: threading.Thread | None = None
         self.inflight = 0
 
     def initial_state(self, role_cfg: RoleConfig) -> dict[str, Any]:
@@ -52,9 +54,29 @@ class Rollout(Role):
             self.beat(**info)
 
         self.worker = Worker(self.run_dir, cfg, role_cfg, self.task, self.state, save=self.commit, beat=alive)
-        return self.worker.run()
+        # The loop runs on its own thread, so that a USR2 handler (always on
+        # the main thread) can wait for a batch being written instead of
+        # landing inside it.
+        outcome: dict[str, Any] = {}
+
+        def play() -> None:
+            try:
+                outcome["result"] = self.worker.run()
+            except BaseException as e:  # re-raised on the main thread below
+                outcome["error"] = e
+
+        self._loop = threading.Thread(target=play, name="rollout-loop", daemon=True)
+        self._loop.start()
+        while self._loop.is_alive():
+            self._loop.join(1.0)  # a timed join lets the signal handlers run
+        if "error" in outcome:
+            raise outcome["error"]
+        return outcome["result"]
 
     def on_usr2(self) -> None:
-        """USR2: commit the complete groups first, then save and requeue."""
+        """USR2: commit the complete groups first, then save and requeue
+        (after the loop has closed its sandboxes, or 30 s)."""
         if self.worker is not None:
             self.worker.flush()
+            if self._loop is not None:
+                self._loop.join(30.0)

@@ -161,8 +161,9 @@ def _run_to_end(workdir: Path, run: Path, workers: int = 1, timeout: float = 600
 
 @pytest.mark.slow
 def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_file: Path, tiny_model: Path) -> None:
-    # one batch for the whole run, unless a USR2 makes the worker commit early
-    body = _config(tasks_file, groups=5, model=tiny_model)
+    # one batch for the whole run, unless a USR2 makes the worker commit early; groups
+    # enough that the run outlasts a few 2 s heartbeats (the tiny model plays one in 1 s)
+    body = _config(tasks_file, groups=30, model=tiny_model)
     cfg = write_config(workdir, body.replace("concurrency = 4\n", "concurrency = 2\nbatch_groups = 100\n"))
     sarl("submit", str(cfg), cwd=workdir)
     run = workdir / "runs" / "r"
@@ -176,7 +177,7 @@ def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_fil
         flushed = wait_for(lambda: store.reader().committed(), 60, "the flushed batch")
         assert flushed, "USR2 committed nothing"
         _run_to_end(workdir, run)
-        _assert_exactly_once(run, store, groups=5, group_size=2)
+        _assert_exactly_once(run, store, groups=30, group_size=2)
         state = task_state(run, 0, "rollout")
         assert len(state["starts"]) == 2 and state["checkpoints"] == 1  # requeued once, by itself
         assert len(store.reader().committed()) == 2  # the flush, then the rest at the end
@@ -397,3 +398,73 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     for s in samples:
         turns = int(np.sum(np.diff(np.concatenate([[0], s.loss_mask])) == 1))  # runs of sampled tokens
         assert turns == 2 and s.failure != "deadline", (s.episode_id, turns, s.failure)
+
+
+def test_a_batch_holds_batch_groups_groups_and_a_remainder_waits_unless_nothing_more_comes(
+    tmp_path: Path, tasks_file: Path
+) -> None:
+    """The commit rule of a real Worker, its batch writer replaced by a
+    recorder (the groups are placeholders: what is under test is how many go
+    into each batch). Groups that finish together are not one batch: a
+    learner step takes whole batches, and would eat the next version's."""
+    from rl.config import validate_config
+    from rl.rollout.worker import Worker
+
+    raw = {
+        "run": {"name": "b", "root": str(tmp_path)},
+        "executor": {"type": "local"},
+        "generator": {},
+        "rollout": {"tasks_file": str(tasks_file), "groups": 8, "group_size": 2, "batch_groups": 2},
+    }
+    cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
+    worker = Worker(cfg.run_dir, cfg, cfg.rollout, 0, {}, save=lambda **kw: None)
+    written: list[list[Any]] = []
+    worker._write_batch = lambda results: written.append(list(results))  # type: ignore[method-assign]
+    worker.pending = ["g0", "g1", "g2", "g3", "g4"]  # type: ignore[list-item]
+    worker._commit(partial=False)  # five finished together; more are coming
+    assert written == [["g0", "g1"], ["g2", "g3"]] and worker.pending == ["g4"]
+    worker._commit()  # nothing more comes (or a USR2 flush): the remainder too
+    assert written[-1] == ["g4"] and worker.pending == []
+
+
+def test_a_usr2_flush_waits_for_the_loops_batch_then_commits_what_is_left_and_nothing_after(
+    tmp_path: Path, tasks_file: Path
+) -> None:
+    """The flush of a real Worker against a loop that holds its critical
+    section (a batch being written) when the signal lands: it waits, then
+    commits the groups the loop left, and the loop commits nothing more."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rl.config import validate_config
+    from rl.rollout.worker import Worker
+
+    raw = {
+        "run": {"name": "b", "root": str(tmp_path)},
+        "executor": {"type": "local"},
+        "generator": {},
+        "rollout": {"tasks_file": str(tasks_file), "groups": 8, "group_size": 2, "batch_groups": 4},
+    }
+    cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
+    worker = Worker(cfg.run_dir, cfg, cfg.rollout, 0, {}, save=lambda **kw: None)
+    written: list[list[Any]] = []
+    worker._write_batch = lambda results: written.append(list(results))  # type: ignore[method-assign]
+    worker._writer, worker.ex = object(), ThreadPoolExecutor(1)
+
+    def loop_section() -> None:  # the loop's thread, inside its critical section
+        with worker._critical():
+            started.set()
+            time.sleep(0.5)
+            worker.pending.extend(["g0", "g1"])  # type: ignore[list-item]
+
+    started = threading.Event()
+    loop = threading.Thread(target=loop_section)
+    loop.start()
+    worker._loop_thread = loop.ident
+    started.wait()
+    worker.flush()  # lands while the section runs
+    loop.join()
+    assert written == [["g0", "g1"]] and worker.stopping.is_set()
+    worker.pending = ["g2", "g3", "g4", "g5"]  # type: ignore[list-item]
+    worker._commit()  # the loop, after the flush: the task is being requeued
+    assert written == [["g0", "g1"]]

@@ -131,7 +131,10 @@ class Worker:
         self.groups: dict[int, list[Episode | None]] = {}
         """Groups started and not complete: their episodes so far."""
         self.committed: set[int] = set()
-        self._busy = False
+        self._lock = threading.Lock()
+        """Held while the groups change or a batch is written: a USR2 flush waits for it."""
+        self._loop_thread: int | None = None
+        self._flushed = False
         self._beat_at = 0.0
         self.loop_s = 0.0
         self._writer: Any = None
@@ -171,6 +174,7 @@ class Worker:
 
     def loop(self, todo: list[int]) -> None:
         inflight = self.inflight
+        self._loop_thread = threading.get_ident()
         while (todo or inflight) and not self.stopping.is_set():
             with self._critical():
                 blocked = self._start(todo)
@@ -190,24 +194,21 @@ class Worker:
                     self._finish(f)
                 nothing_more = (blocked or not todo) and not inflight
                 if len(self.pending) >= self.rc.batch_groups or (self.pending and nothing_more):
-                    self._commit()
+                    self._commit(partial=nothing_more)
         with self._critical():
             if self.pending and not self.stopping.is_set():
                 self._commit()
 
     @contextlib.contextmanager
     def _critical(self) -> Iterator[None]:
-        """The main thread changes the groups or commits: a USR2 flush now commits nothing."""
-        self._busy = True
-        try:
+        """The loop changes the groups or commits: a USR2 flush waits for it to finish."""
+        with self._lock:
             yield
-        finally:
-            self._busy = False
 
     def _start(self, todo: list[int]) -> bool:
         """Start groups while there is room; True when the gate holds the next one back."""
         inflight, groups = self.inflight, self.groups
-        while todo and len(inflight) < self.rc.concurrency:
+        while todo and len(inflight) < self.rc.concurrency and not self.stopping.is_set():
             g = todo[0]
             gate = self._gate(g)
             if gate == "wait":
@@ -355,8 +356,19 @@ class Worker:
                 raise
         raise AssertionError("unreachable")
 
-    def _commit(self) -> None:
-        results, self.pending = self.pending, []
+    def _commit(self, partial: bool = True) -> None:
+        """Commit the pending groups, `batch_groups` to a batch, in the order
+        they finished; a smaller remainder too when `partial`, else it waits
+        for more. (One batch of every group that finished together would
+        let a learner step, which takes whole batches, eat the groups meant
+        for the next version.) Nothing after a USR2 flush: the task is
+        about to be requeued."""
+        size = self.rc.batch_groups
+        while not self._flushed and (len(self.pending) >= size or (partial and self.pending)):
+            results, self.pending = self.pending[:size], self.pending[size:]
+            self._write_batch(results)
+
+    def _write_batch(self, results: list[GroupResult]) -> None:
         samples = [s for r in results for s in to_samples(r)]
         seq = self._writer.next_seq()
         self._writer.write(seq, samples)
@@ -380,16 +392,27 @@ class Worker:
     # --------------------------------------------------------------- USR2
     def flush(self) -> None:
         """Called on USR2 from the signal handler (main thread): commit the
-        complete groups, and let the in-flight episodes end unplayed. A
-        signal that lands while the main thread itself changes the pending
-        groups or commits commits nothing more: those groups are played
-        again after the requeue, never lost or doubled."""
+        complete groups, and let the in-flight episodes end unplayed. The
+        loop runs on another thread (jobs/rollout.py), so the flush waits
+        for it to leave its critical section and never commits half-changed
+        groups. Where the loop runs on the signal's own thread (a worker
+        driven directly), a signal that lands inside that section commits
+        nothing: those groups are played again after the requeue, never
+        lost or doubled."""
         self.stopping.set()
-        if self._busy or self._writer is None:
+        if self._writer is None:
             return
-        self._busy = True
-        if self.pending:
+        if self._loop_thread == threading.get_ident():
+            if not self._lock.acquire(blocking=False):
+                return
+        elif not self._lock.acquire(timeout=120):
+            log.warning("USR2: the loop held its lock for 120 s; its complete groups are played again")
+            return
+        try:
             self._commit()
+            self._flushed = True
+        finally:
+            self._lock.release()
         self.ex.shutdown(wait=False, cancel_futures=True)
 
     def summary(self) -> dict[str, Any]:
