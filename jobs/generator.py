@@ -8,11 +8,13 @@ live engine between batches. Restarted (requeue, resume), it starts over
 from the newest version: a generator has no state to lose. In a run with a
 learner it ends, done, once the learner and every rollout worker are done.
 
-TensorBoard (`RUN/tb/generator-NNNNNN/`, step: seconds since the task
-started): the loaded version, queued requests, prompts served, tokens per
-second of wall time and of engine time, the engine's busy seconds and its
-idle ratio (the share of each poll's time it had nothing to generate), and
-how long each swap held requests.
+TensorBoard (`RUN/tb/generator-NNNNNN/`, step: seconds since the run
+started, so that a restarted task's curves go on forward): the loaded
+version, queued requests, prompts served, tokens per second of wall time
+and of engine time, the engine's busy seconds, its seconds spent loading
+weight versions, its idle ratio (the share of each poll's time it neither
+generated nor loaded weights: it waited on the rollouts or the learner),
+and how long each swap held requests.
 """
 
 from __future__ import annotations
@@ -51,10 +53,12 @@ def host_address() -> str:
         return "127.0.0.1"
 
 
-def _curves(tb: Any, health: dict[str, Any], version: int, last: tuple[float, int, float], started: float) -> Any:
+def _curves(
+    tb: Any, health: dict[str, Any], version: int, last: tuple[float, int, float, float], run_started: float
+) -> Any:
     """Draw this poll's points; returns what the next poll measures from."""
     now = time.monotonic()
-    step = int(now - started)
+    step = int(time.time() - run_started)
     tb.add_scalar("generator/version", version, step)
     tb.add_scalar("generator/queued", health["queued"], step)
     tb.add_scalar("generator/prompts_served", health["served"], step)
@@ -64,11 +68,13 @@ def _curves(tb: Any, health: dict[str, Any], version: int, last: tuple[float, in
     busy = health["generate_s"] - last[2]
     if busy > 0:
         tb.add_scalar("generator/engine_tokens_per_s", tokens / busy, step)
-    if now > last[0]:  # the share of this poll's time the engine had nothing to generate
-        tb.add_scalar("generator/idle_ratio", max(0.0, 1.0 - busy / (now - last[0])), step)
+    swap = health["swap_s"] - last[3]
+    if now > last[0]:  # the share of this poll's time the engine neither generated nor loaded weights
+        tb.add_scalar("generator/idle_ratio", max(0.0, 1.0 - (busy + swap) / (now - last[0])), step)
     tb.add_scalar("generator/busy_s", health["generate_s"], step)
+    tb.add_scalar("generator/swap_s", health["swap_s"], step)
     tb.flush()
-    return now, health["tokens"], health["generate_s"]
+    return now, health["tokens"], health["generate_s"], health["swap_s"]
 
 
 def _writer(folder: Any) -> Any:
@@ -137,12 +143,13 @@ class Generator(Role):
         self.commit(version=engine.version, served=0, port=server.port, addr=addr)
         started = time.monotonic()
         tb = _writer(rd.path / "tb" / f"generator-{self.task:06d}")
-        last = (started, 0, 0.0)
+        last = (started, 0, 0.0, 0.0)
+        run_started = rd.started_at
         try:
             while role_cfg.serve_s is None or time.monotonic() - started < role_cfg.serve_s:
                 health = server.health()
                 if tb is not None:
-                    last = _curves(tb, health, engine.version, last, started)
+                    last = _curves(tb, health, engine.version, last, run_started)
                 announce(
                     rd.path,
                     Endpoint(
@@ -174,7 +181,7 @@ class Generator(Role):
                         loaded = latest
                         log.info("loaded weight version %d (requests held %.2f s)", latest, held)
                         if tb is not None:
-                            tb.add_scalar("generator/swap_held_s", held, int(time.monotonic() - started))
+                            tb.add_scalar("generator/swap_held_s", held, int(time.time() - run_started))
                         swap = {"version": latest, "held_s": round(held, 3), "at": time.time()}
                         swaps = [*self.state.get("swaps", []), swap]
                         self.commit(version=latest, served=health["served"], swaps=swaps[-20:])

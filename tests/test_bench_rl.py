@@ -24,6 +24,10 @@ def test_bench_rl_quick_runs_both_modes_on_pinned_cores_and_reports_rates_and_id
         assert r[f"{mode}_samples_s"] > 0 and r[f"{mode}_window_s"] > 0
         for role in ("generator", "learner", "rollout"):
             assert 0.0 <= r[f"{mode}_idle_{role}"] <= 1.0, (mode, role)
+        # the generator loaded the published versions, and that is not counted as waiting
+        assert r[f"{mode}_swap_generator"] > 0, r
+        busy, swap, idle = (r[f"{mode}_{k}_generator"] for k in ("busy", "swap", "idle"))
+        assert idle == pytest.approx(max(0.0, 1.0 - busy - swap), abs=1e-3), r
         run = workdir / "w" / mode / "runs" / mode
         frozen = (run / "run.toml").read_text()
         assert f'mode = "{mode}"' in frozen

@@ -16,8 +16,11 @@ engine is warm) to the end of its last.
 
 * `sync_samples_s`, `async_samples_s`: samples trained per second;
 * `ratio` = async / sync (target >= 1.5);
-* `{mode}_idle_generator`: the share of the window the generator's engine
-  had nothing to generate (target in async < 20%);
+* `{mode}_idle_generator`: the share of the window the generator waited on
+  the other roles: its engine neither generated nor loaded a weight version
+  (target in async < 20%);
+* `{mode}_busy_generator`, `{mode}_swap_generator`: the shares it generated,
+  and loaded weight versions (its own work, requests held meanwhile);
 * `{mode}_idle_learner`: the share the learner waited for rollouts;
 * `{mode}_idle_rollout`: the share the rollout worker had nothing to play
   (every group held back by the staleness or sync-round gate).
@@ -140,13 +143,18 @@ def _figures(run: Path) -> dict[str, float]:
         "window_s": window,
         "idle_learner": min(1.0, sum(waits) / window),
     }
-    for role, tag, name in (("generator-", "generator/busy_s", "busy"), ("rollout-", "rollout/gate_wait_s", "gate")):
+
+    def share(role: str, tag: str) -> float:
+        """The mean share of the window a cumulative curve of seconds grew in, over the role's tasks."""
         series = [s[tag] for folder, s in curves.items() if folder.startswith(role) and tag in s]
         if not series:
             raise SarlError(f"bench rl: {run} has no {tag} curve")
-        used = sum(_last_before(pts, t1) - _last_before(pts, t0) for pts in series) / len(series)
-        key = "idle_generator" if name == "busy" else "idle_rollout"
-        out[key] = max(0.0, 1.0 - used / window) if name == "busy" else min(1.0, used / window)
+        return sum(_last_before(pts, t1) - _last_before(pts, t0) for pts in series) / len(series) / window
+
+    busy, swap = share("generator-", "generator/busy_s"), share("generator-", "generator/swap_s")
+    out["busy_generator"], out["swap_generator"] = busy, swap
+    out["idle_generator"] = max(0.0, 1.0 - busy - swap)
+    out["idle_rollout"] = min(1.0, share("rollout-", "rollout/gate_wait_s"))
     return out
 
 
@@ -219,6 +227,7 @@ def _lines(r: dict[str, Any]) -> list[str]:
         return (
             f"  {mode:<6} {r[f'{mode}_samples_s']:8.3f} samples/s   idle: generator {r[f'{mode}_idle_generator']:5.0%}"
             f"  learner {r[f'{mode}_idle_learner']:5.0%}  rollout {r[f'{mode}_idle_rollout']:5.0%}"
+            f"   generator swapping weights {r[f'{mode}_swap_generator']:4.0%}"
             f"   ({r[f'{mode}_window_s']:.0f} s steady window)"
         )
 

@@ -50,6 +50,8 @@ class Endpoint:
     """Tokens generated since it started."""
     generate_s: float = 0.0
     """Seconds its engine spent generating since it started."""
+    swap_s: float = 0.0
+    """Seconds it spent loading weight versions since it started."""
     swapping: bool = False
     """True while it loads a new weight version (requests are held)."""
 

@@ -10,7 +10,7 @@ rl.generator.endpoint.run_secret); without it the answer is 401.
                              prompts x n exceeds max_batch, or the body is too deep)
       401 {"error": "..."}   no or a wrong secret
       503 {"error": "...", "retry_after_s": S}   queue full (back-pressure): try later or elsewhere
-    GET /health     {"version", "backend", "queued", "busy", "served", "tokens", "generate_s", "swapping"}
+    GET /health     {"version", "backend", "queued", "busy", "served", "tokens", "generate_s", "swap_s", "swapping"}
 
 Requests wait in one queue, served by one engine thread:
 
@@ -110,6 +110,8 @@ class GeneratorServer:
         self.served = 0
         self.tokens = 0
         self.generate_s = 0.0
+        self.swap_s = 0.0
+        """Seconds spent loading weight versions: the generator's own work, not waiting."""
         self.httpd = _BoundedHTTPServer((bind, port), _handler(self), self.connections)
         self.port = int(self.httpd.server_address[1])
         self.threads = [
@@ -280,6 +282,7 @@ class GeneratorServer:
             self.engine.load_version(store, version)
         finally:
             with self.cond:
+                self.swap_s += time.monotonic() - t0
                 self.swapping = False
                 self.cond.notify_all()
         return time.monotonic() - t0
@@ -294,6 +297,7 @@ class GeneratorServer:
                 "served": self.served,
                 "tokens": self.tokens,
                 "generate_s": round(self.generate_s, 3),
+                "swap_s": round(self.swap_s, 3),
                 "swapping": self.swapping,
             }
 

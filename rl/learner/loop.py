@@ -253,4 +253,6 @@ class Learner:
         except ImportError:
             log.warning("tensorboard is not installed: no learner curves")
             return None
-        return SummaryWriter(str(self.run_dir / "tb" / "learner"))
+        # resumed at step N, the steps after N that a killed predecessor drew are
+        # redone: purge_step makes TensorBoard drop its points from N + 1 on
+        return SummaryWriter(str(self.run_dir / "tb" / "learner"), purge_step=self.step + 1 if self.step else None)

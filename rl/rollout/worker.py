@@ -100,6 +100,10 @@ def episode_seed(seed: int, group: int, i: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{group}/{i}".encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
+GATE_POLL_S = 0.25
+"""How often a held gate looks for a new version (a cheap listing of the store)."""
+
+
 class Worker:
     """Plays this worker's groups and commits them. `state` holds `planned`
     (group -> task id) and `abandoned` (group -> reason); `save(**changes)`
@@ -182,13 +186,15 @@ class Worker:
                     self._commit()
             if not inflight:
                 if todo:
-                    self.stats.count(gate_wait_s=1.0)
-                    time.sleep(1.0)  # the gate: waiting for the learner
+                    self.stats.count(gate_wait_s=GATE_POLL_S)
+                    time.sleep(GATE_POLL_S)  # the gate: waiting for the learner
                 continue
             if time.monotonic() - self._beat_at > 2.0:
                 self.beat(inflight=len(inflight), pending=len(self.pending))
                 self._beat_at = time.monotonic()
-            finished, _ = wait(list(inflight), timeout=5.0, return_when=FIRST_COMPLETED)
+            # a held gate is looked at again soon: a version published while episodes
+            # run lets the next groups start at once, not when one of them ends
+            finished, _ = wait(list(inflight), timeout=GATE_POLL_S if blocked else 5.0, return_when=FIRST_COMPLETED)
             with self._critical():
                 for f in finished:
                     self._finish(f)

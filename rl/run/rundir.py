@@ -52,6 +52,16 @@ class RunDir:
     def heartbeat_path(self, role: str, task: int) -> Path:
         return self.path / "heartbeats" / role / f"task-{task:06d}.json"
 
+    @property
+    def started_at(self) -> float:
+        """When the run directory was created (seconds since the epoch): the
+        origin of the curves whose step is a time, so that a restarted task
+        goes on from where its predecessor stopped."""
+        try:
+            return float((self.path / "created_at").read_text())
+        except (OSError, ValueError):  # a run directory from before the file existed
+            return self.config_path.stat().st_mtime
+
     def exists(self) -> bool:
         return self.config_path.is_file()
 
@@ -76,6 +86,7 @@ class RunDir:
             for sub in SUBDIRS:
                 (tmp / sub).mkdir()
             (tmp / "run.toml").write_text(dump_toml(cfg))
+            (tmp / "created_at").write_text(f"{time.time():.3f}\n")
 
         if not commit_dir(self.path, build):
             raise FileExistsError(f"{self.path}: exists")  # another submit created it first
