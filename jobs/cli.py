@@ -27,6 +27,7 @@ GROUPS = (
     "jobs.cli_verify",  # verify
     "jobs.cli_eval",  # eval
     "jobs.cli_bench",  # bench store, sandbox, verify, generate, submit
+    "jobs.cli_chaos",  # chaos
 )
 
 
