@@ -6,7 +6,8 @@ store and the run directory, never from logs.
 * every episode identity (`group/index`) of the run is committed once, or
   its group is recorded as abandoned with a reason;
 * the learner's steps are 1..N, each applied once, and version N is
-  published;
+  published; N is the configured steps, or fewer with the reason the
+  learner recorded (groups dropped for staleness leave too few samples);
 * every generator ended on the newest version;
 * no TensorBoard curve's steps go backwards within a writer, the purges a
   resumed learner asks for (`purge_step`) honoured as TensorBoard honours
@@ -41,6 +42,9 @@ class Verdict:
     """group -> the recorded reason."""
     steps: list[int] = field(default_factory=list)
     """The learner's applied steps, in order."""
+    learner_ended: str = ""
+    """Why the learner ended before its configured steps (empty: it did not).
+    Groups dropped for staleness can leave a last step short of samples."""
     problems: list[str] = field(default_factory=list)
     """Every broken invariant, in words."""
 
@@ -82,14 +86,17 @@ def check(run_dir: Path) -> Verdict:
     if set(consumed) - keys:
         v.problems.append(f"the learner consumed batches the store does not hold: {sorted(set(consumed) - keys)[:5]}")
 
-    # learner steps
+    # learner steps: 1..n, each once; n short of `steps` only with the reason the learner recorded
     v.steps = [int(s) for s, _ in history]
-    want = list(range(1, (cfg.learner.steps if cfg.learner else 0) + 1))
-    if v.steps != want[: len(v.steps)] or len(v.steps) != len(want):
-        v.problems.append(f"learner steps applied {v.steps}, want {want}")
+    n, planned = len(v.steps), cfg.learner.steps if cfg.learner else 0
+    if v.steps != list(range(1, n + 1)):
+        v.problems.append(f"learner steps applied {v.steps}: a step skipped or repeated")
+    v.learner_ended = str(learner.get("ended", ""))
+    if n < planned and not v.learner_ended:
+        v.problems.append(f"the learner stopped at step {n} of {planned} without a recorded reason")
     latest = store.weights.latest() or 0
-    if cfg.learner is not None and latest != cfg.learner.steps:
-        v.problems.append(f"the newest published version is {latest}, want {cfg.learner.steps}")
+    if cfg.learner is not None and latest != n:
+        v.problems.append(f"the newest published version is {latest}, the last step applied {n}")
 
     # episodes: committed once, or abandoned with a reason
     episodes: Counter[str] = Counter()

@@ -48,7 +48,7 @@ speak of (every death here is an injected one, not a crash loop)."""
 def _config(src: Path) -> dict[str, Any]:
     from rl.config import load_config, to_plain
 
-    cfg = load_config(src, cluster="slurm", base_dir=src.parent.resolve())
+    cfg = load_config(src, cluster="slurm")  # relative paths from here, as `sarl submit` reads them
     missing = [r for r in ("generator", "rollout", "learner") if getattr(cfg, r) is None]
     if missing:
         raise SarlError(f"{src}: chaos harms a whole run; add the missing sections: {', '.join(missing)}")
@@ -188,6 +188,7 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         episodes_committed=verdict.episodes_committed,
         groups_abandoned=verdict.groups_abandoned,
         steps_applied=len(verdict.steps),
+        learner_ended=verdict.learner_ended,
         recovery_p50_s=round(statistics.median(times), 1) if times else None,
         recovery_max_s=round(times[-1], 1) if times else None,
         problems=verdict.problems,
@@ -217,7 +218,8 @@ def _lines(r: dict[str, Any]) -> list[str]:
         f"duplicated {r['duplicated']} (batches {r['batches_duplicated']}, episodes {r['episodes_duplicated']}); "
         f"{r['batches_committed']} batches, {r['episodes_committed']} episodes committed, "
         f"{len(r['groups_abandoned'])} groups abandoned with a reason",
-        f"  throughput: {r['chaos_samples_s']} samples/s, {ratio}",
+        f"  throughput: {r['chaos_samples_s']} samples/s, {ratio}; learner steps applied {r['steps_applied']}"
+        + (f" (ended early: {r['learner_ended']})" if r["learner_ended"] else ""),
     ]
     out += [f"  {f['kind']:<8} {f['role']:<10} {f['recovery_s']!s:>6} s  {f['detail']}" for f in r["faults"]]
     out += [f"  BROKEN: {p}" for p in r["problems"]] + [f"  NOT HEALED: {u}" for u in r["unhealed"]]
