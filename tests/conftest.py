@@ -34,12 +34,17 @@ def write_config(folder: Path, body: str, name: str = "run.toml") -> Path:
     return path
 
 
-def smoke_config(name: str = "t", tasks: int = 4, steps: int = 5, step_s: float = 0.2, extra: str = "") -> str:
+def smoke_config(
+    name: str = "t", tasks: int = 4, steps: int = 5, step_s: float = 0.2, extra: str = "", recovery: bool = False
+) -> str:
+    """Recovery is off unless asked for: most smoke tests watch the manual
+    paths (a FAILED task, `sarl resume`); tests/test_recovery.py adds its own."""
+    off = "" if recovery else "[run.recovery]\nenabled = false\n"
     return f"""
 [run]
 name = "{name}"
 root = "runs"
-
+{off}
 [smoke]
 tasks = {tasks}
 steps = {steps}

@@ -56,6 +56,8 @@ def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(wor
 [run]
 name = "e"
 root = "runs"
+[run.recovery]
+enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
 [executor]
 type = "local"
 [model]

@@ -419,6 +419,8 @@ def _generator_config(cache: Path, backend: str, tasks: int, executor: str, extr
 name = "g"
 root = "runs"
 
+[run.recovery]
+enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
 [executor]
 type = "{executor}"
 

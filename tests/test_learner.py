@@ -64,6 +64,8 @@ def _config(tiny_model: Path, steps: int, extra: str = "", ranks: int = 1) -> st
 [run]
 name = "l"
 root = "runs"
+[run.recovery]
+enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
 [executor]
 type = "local"
 [model]
@@ -256,6 +258,51 @@ def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: 
     finally:
         for run in (straight, killed):
             sarl("cancel", str(run), cwd=run.parents[1], check=False)
+
+
+@pytest.mark.slow
+def test_a_checkpoint_that_cannot_be_loaded_is_set_aside_and_the_one_before_it_resumes(
+    workdir: Path, tiny_model: Path
+) -> None:
+    """The newest checkpoint's DeepSpeed files truncated while the learner is
+    down: the resumed learner sets it aside with its reason, loads the one
+    before, redoes the step after it on the same batch, and every batch is
+    applied once."""
+    steps = 4
+    run = _start(workdir, "c", tiny_model, steps, groups=0)  # a checkpoint every step, the last 2 kept
+    batches = _rollout_batches(tiny_model, groups=2 * steps)
+    writer = Store(run / "store.zarr").writer("rollout-000000")
+    try:
+        for b in batches[:2]:
+            writer.write(writer.next_seq(), b)
+        wait_for(lambda: _state(run).get("step", 0) >= 2 and _learner_pid(run), 300, "step 2")
+        newest = run / "checkpoints" / "learner" / "step-0000000002"
+        wait_for(lambda: (newest / "meta.json").exists(), 60, "the checkpoint of step 2")
+        pid = _learner_pid(run)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: _learner_pid(run) is None, 30, "the learner to die")
+        payload = [p for p in newest.rglob("*.pt") if p.is_file()]
+        assert payload, sorted(newest.rglob("*"))
+        for p in payload:  # torn writes of a dying filesystem
+            p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+        sarl("resume", str(run), cwd=run.parents[1])
+        for b in batches[2:steps]:
+            writer.write(writer.next_seq(), b)
+        wait_for(lambda: _state(run).get("done"), 600, "the resumed learner")
+        state = _state(run)
+        assert list(state["checkpoints_set_aside"]) == ["bad-step-0000000002"], state.get("checkpoints_set_aside")
+        assert "step 2: cannot be loaded" in state["checkpoints_set_aside"]["bad-step-0000000002"]
+        assert (run / "checkpoints" / "learner" / "bad-step-0000000002" / "why.txt").exists()
+        from rl.learner.checkpoints import LearnerCheckpoints
+
+        ck = LearnerCheckpoints(run).latest()
+        assert ck is not None and ck.step == steps
+        assert [s for s, _ in ck.meta["history"]] == [1, 2, 3, 4]
+        applied = Counter(k for _, keys in ck.meta["history"] for k in keys)
+        assert set(applied.values()) == {1} and len(applied) == steps  # step 2 redone on its batch, once
+    finally:
+        sarl("cancel", str(run), cwd=run.parents[1], check=False)
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ RECOVERY = "[run.recovery]\nenabled = true\ncheck_s = 1\nbeat_s = 0.5\nhung_s = 
 
 
 def _start(workdir: Path, steps: int, step_s: float, extra: str = "", recovery: str = "") -> Path:
-    body = smoke_config(tasks=2, steps=steps, step_s=step_s, extra=extra) + RECOVERY + recovery
+    body = smoke_config(tasks=2, steps=steps, step_s=step_s, extra=extra, recovery=True) + RECOVERY + recovery
     sarl("submit", str(write_config(workdir, body)), "--cluster", "local", cwd=workdir)
     return workdir / "runs" / "t"
 

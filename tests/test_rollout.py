@@ -48,6 +48,8 @@ max_model_len = 1024
 [run]
 name = "r"
 root = "runs"
+[run.recovery]
+enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
 [executor]
 type = "local"
 [model]

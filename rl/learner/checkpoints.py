@@ -74,6 +74,20 @@ class LearnerCheckpoints:
             p.name for p in self.folder.iterdir() if p.name.startswith("step-") and (p / "meta.json").exists()
         )
 
+    def set_aside(self, path: Path, why: str) -> Path:
+        """Take a checkpoint that cannot be loaded out of the running: renamed
+        `bad-step-...` (kept for a person to look at, never pruned or read
+        again), with its reason in `why.txt`. `latest()` then finds the one
+        before it."""
+        target = self.folder / f"bad-{path.name}"
+        n = 1
+        while target.exists():
+            n += 1
+            target = self.folder / f"bad-{path.name}.{n}"
+        path.rename(target)
+        (target / "why.txt").write_text(why + "\n")
+        return target
+
     def latest(self) -> Checkpoint | None:
         """The newest complete checkpoint that can be read. The rename into
         place is the commit: LATEST, written after it, may lag by one (a crash

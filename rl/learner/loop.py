@@ -86,12 +86,16 @@ class Learner:
         self.ended = ""
         """Why the loop ended before `steps` (empty: it did not)."""
         self._rollouts_read = float("-inf")
+        self.model_path: Any = None
+        self.set_aside: dict[str, str] = {}
+        """Checkpoints that could not be loaded: folder name -> why."""
 
     def run(self) -> dict[str, Any]:
         from rl.learner.trainer import Trainer
         from rl.model import checkpoint
 
         model_path = checkpoint(self.cfg.model)
+        self.model_path = model_path
         self.trainer = Trainer(str(model_path), self.lc)
         self.lead = dist.rank() == 0
         self.references = self._references(model_path)
@@ -173,13 +177,35 @@ class Learner:
         return RunDir(self.run_dir).all_done("rollout")
 
     def _resume(self) -> None:
-        latest = dist.broadcast(self.checkpoints.latest() if self.lead else None)
-        if latest is None:
-            random.seed(self.cfg.run.seed)
-            np.random.seed(self.cfg.run.seed % 2**32)
-            torch.manual_seed(self.cfg.run.seed)
-            return
-        self.trainer.load(latest.path)
+        """Load the newest checkpoint that loads. One whose weights or
+        optimizer state cannot be read (a corrupt or missing file) is set
+        aside and the one before it is loaded: the steps after that one are
+        redone, each on the batches it took (the cursor goes back with the
+        checkpoint). With several ranks a checkpoint that fails to load
+        stops the learner: the ranks would have to agree on the fallback,
+        which is not built."""
+        while True:
+            latest = dist.broadcast(self.checkpoints.latest() if self.lead else None)
+            if latest is None:
+                if self.set_aside:  # the failed load may have changed some weights: start clean
+                    from rl.learner.trainer import Trainer
+
+                    self.trainer = Trainer(str(self.model_path), self.lc)
+                random.seed(self.cfg.run.seed)
+                np.random.seed(self.cfg.run.seed % 2**32)
+                torch.manual_seed(self.cfg.run.seed)
+                return
+            try:
+                self.trainer.load(latest.path)
+                break
+            except Exception as e:
+                if dist.world() > 1:
+                    raise
+                why = f"step {latest.step}: cannot be loaded: {type(e).__name__}: {str(e)[:300]}"
+                where = self.checkpoints.set_aside(latest.path, why)
+                self.set_aside[where.name] = why
+                self.save_state(checkpoints_set_aside=dict(self.set_aside))
+                log.error("learner checkpoint %s set aside (%s); the one before it is loaded", where, why)
         self.step, self.cursor, self.saved_step = latest.step, latest.cursor, latest.step
         self.history = list(latest.meta.get("history", []))
         set_rng_state(latest.meta["rng"])

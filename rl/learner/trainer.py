@@ -260,4 +260,8 @@ class Trainer:
         self.engine.save_checkpoint(str(folder), tag=TAG)
 
     def load(self, folder: Any) -> None:
-        self.engine.load_checkpoint(str(folder), tag=TAG)
+        """Raises on a checkpoint DeepSpeed cannot read (a missing file makes
+        it return nothing rather than raise)."""
+        path, _ = self.engine.load_checkpoint(str(folder), tag=TAG)
+        if path is None:
+            raise RuntimeError(f"{folder}: DeepSpeed found no checkpoint to load (tag {TAG})")

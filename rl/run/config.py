@@ -14,11 +14,12 @@ from rl.schema import SAFE, TAG, Section, default_tag
 class RecoveryConfig(Section):
     """Recovery without a human (rl.run.recovery): task 0 of each role
     watches every task of the run, brings back the dead, and replaces the
-    hung. Off by default for now: with it on, a task that fails is started
-    again (up to `max_restarts`) instead of staying FAILED for `sarl resume`."""
+    hung. On by default: a task that fails is started again (up to
+    `max_restarts` within `window_s`) instead of staying FAILED for
+    `sarl resume`."""
 
-    enabled: bool = Field(False, json_schema_extra=SAFE)
-    """Watch and recover. Off: a dead task waits for `sarl resume`."""
+    enabled: bool = Field(True, json_schema_extra=SAFE)
+    """Watch and recover. Off: a dead task stays FAILED until `sarl resume`."""
     check_s: float = Field(30.0, gt=0, json_schema_extra=SAFE)
     """Seconds between two looks of a watcher at the run."""
     beat_s: float = Field(10.0, gt=0, json_schema_extra=SAFE)

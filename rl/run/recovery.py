@@ -1,4 +1,4 @@
-"""Recovery without a human (`[run.recovery] enabled = true`).
+"""Recovery without a human (`[run.recovery]`, on by default).
 
 There is no controller. Every task's process beats from a thread of its own
 (`Beat`) every `beat_s`, so a heartbeat older than `hung_s` means that the
