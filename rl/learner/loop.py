@@ -1,7 +1,8 @@
 """The learner: an outline.
 
     resume from the newest complete checkpoint (model, optimizer, scheduler,
-        RNG of python, numpy and torch, step, cursor), else the base model
+        RNG of python, numpy and torch, step, cursor) that loads (one that
+        does not is set aside as bad-step-N, with why), else the base model
         at step 0 (version 0)
     while step < steps:
         data = committed batches the cursor has not consumed, each once
