@@ -306,6 +306,46 @@ def test_a_checkpoint_that_cannot_be_loaded_is_set_aside_and_the_one_before_it_r
 
 
 @pytest.mark.slow
+def test_a_learner_killed_after_publishing_past_its_checkpoint_redoes_those_steps_without_publishing(
+    workdir: Path, tiny_model: Path
+) -> None:
+    """Checkpoints every 3 steps, one version kept: killed at step 5, the
+    learner resumes at 3 and redoes 4 and 5, whose versions a predecessor
+    published (and pruned). It publishes nothing older than the newest, and
+    goes on to publish 6."""
+    steps = 6
+    extra = "checkpoint_every = 3\nkeep_versions = 1\n"
+    run = _start(workdir, "p", tiny_model, steps, extra=extra, groups=0)
+    batches = _rollout_batches(tiny_model, groups=2 * steps)
+    writer = Store(run / "store.zarr").writer("rollout-000000")
+    store = Store(run / "store.zarr")
+    try:
+        for b in batches[:5]:
+            writer.write(writer.next_seq(), b)
+        wait_for(lambda: _state(run).get("step", 0) >= 5 and _learner_pid(run), 300, "step 5")
+        wait_for(lambda: store.weights.latest() == 5, 60, "version 5")
+        pid = _learner_pid(run)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: _learner_pid(run) is None, 30, "the learner to die")
+        assert store.weights.versions() == [5]  # 1-4 pruned
+        sarl("resume", str(run), cwd=run.parents[1])
+        writer.write(writer.next_seq(), batches[5])
+        wait_for(lambda: _state(run).get("done"), 600, "the resumed learner")
+        state = _state(run)
+        assert len(state["starts"]) == 2 and state["step"] == steps, state
+        assert store.weights.versions() == [6]
+        from rl.learner.checkpoints import LearnerCheckpoints
+
+        ck = LearnerCheckpoints(run).latest()
+        assert ck is not None and [s for s, _ in ck.meta["history"]] == list(range(1, steps + 1))
+        applied = Counter(k for _, keys in ck.meta["history"] for k in keys)
+        assert set(applied.values()) == {1} and len(applied) == steps
+    finally:
+        sarl("cancel", str(run), cwd=run.parents[1], check=False)
+
+
+@pytest.mark.slow
 def test_a_step_that_is_not_finite_is_not_applied_and_its_batch_is_quarantined(workdir: Path, tiny_model: Path) -> None:
     folder = workdir / "nan"
     folder.mkdir()

@@ -231,12 +231,20 @@ class Learner:
 
     def _after_step(self, metrics: dict[str, float], tb: Any, staleness: list[int]) -> None:
         lc = self.lc
-        if self.step % lc.publish_every == 0 or self.step == lc.steps:
+        # A step redone after a restart (the predecessor died after publishing it, before
+        # its next checkpoint) publishes nothing: versions only go forward, and that
+        # version may be pruned already. The generators keep the predecessor's weights
+        # until this learner publishes a newer version.
+        published = self.store.weights.latest() if self.lead else None
+        redone = dist.broadcast(published is not None and self.step <= published)
+        if (self.step % lc.publish_every == 0 or self.step == lc.steps) and not redone:
             weights = self.trainer.state_dict()  # every rank: under ZeRO-3 a gather
             if self.lead:
                 self.store.weights.publish(weights, version=self.step, dtype=self.cfg.model.dtype)
                 if lc.keep_versions is not None:
                     self.store.weights.retain(lc.keep_versions)
+        elif redone:
+            log.warning("step %d redone after a restart: version %s is published already", self.step, published)
         if self.step % lc.checkpoint_every == 0 or self.step == lc.steps:
             self.save_checkpoint()
         self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})
