@@ -78,6 +78,21 @@ def test_tensorboard_steps_that_go_back_are_found_and_a_purge_is_honoured(tmp_pa
     assert found == ["tb/restarted x: step 2 after step 4", "tb/restarted x: step 3 after step 4"], found
 
 
+def test_chaos_refuses_a_run_without_every_role_and_a_negative_count_and_leaves_nothing(
+    workdir: Path, tiny_model: Path
+) -> None:
+    tasks = workdir / "tasks.jsonl"
+    write_tasks(tasks, generate("arithmetic", 4, seed=3))
+    body = _config(tiny_model, tasks, steps=2)
+    no_learner = body[: body.index("[learner]")]
+    cfg = write_config(workdir, no_learner, "partial.toml")
+    out = sarl("chaos", str(cfg), "--dir", "w", cwd=workdir, check=False)
+    assert out.returncode != 0 and "add the missing sections: learner" in out.stderr, out.stderr
+    out = sarl("chaos", str(write_config(workdir, body)), "--injections", "-1", "--dir", "w", cwd=workdir, check=False)
+    assert out.returncode != 0 and "--injections -1" in out.stderr, out.stderr
+    assert not (workdir / "w").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.slurm
 def test_chaos_injects_every_kind_of_fault_and_nothing_is_lost_or_done_twice(

@@ -245,7 +245,7 @@ def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
     """Each JSON command, run for real; the costly benchmarks are run by
     their own tests (test_store, test_sandbox, test_verify, test_generate,
     test_slurm, test_rollout, test_rollout_queue, test_learner, test_eval, test_export, test_bench_learn,
-    test_bench_rl), which parse
+    test_bench_rl, test_chaos), which parse
     stdout the same way: `json.loads(stdout)`."""
     run = workdir / "runs" / "j"
     (run / "store.zarr").mkdir(parents=True)
@@ -272,6 +272,7 @@ def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
         "bench learner",
         "bench learn",
         "bench rl",
+        "chaos",
         "eval",
         "export",
         "tasks quarantined",

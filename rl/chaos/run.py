@@ -115,9 +115,9 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 
     if args.injections < 0:
         raise SarlError(f"chaos: --injections {args.injections}: must be >= 0")
+    plain = _config(Path(args.config))
     if shutil.which("sbatch") is None or subprocess.run(["sinfo", "-h"], capture_output=True).returncode != 0:
         raise SarlError("chaos: needs a running Slurm (sbatch, sinfo): it harms a real run on it")
-    plain = _config(Path(args.config))
     work = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="sarl-chaos-"))
     work.mkdir(parents=True, exist_ok=True)
     if (work / "runs").exists():
