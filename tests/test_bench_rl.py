@@ -24,10 +24,10 @@ def test_bench_rl_quick_runs_both_modes_on_pinned_cores_and_reports_rates_and_id
         assert r[f"{mode}_samples_s"] > 0 and r[f"{mode}_window_s"] > 0
         for role in ("generator", "learner", "rollout"):
             assert 0.0 <= r[f"{mode}_idle_{role}"] <= 1.0, (mode, role)
-        # the generator loaded the published versions, and that is not counted as waiting
-        assert r[f"{mode}_swap_generator"] > 0, r
+        # the generator's weight loading is counted apart from its waiting (the tiny
+        # model loads a version in milliseconds: its share of the window rounds to 0)
         busy, swap, idle = (r[f"{mode}_{k}_generator"] for k in ("busy", "swap", "idle"))
-        assert idle == pytest.approx(max(0.0, 1.0 - busy - swap), abs=1e-3), r
+        assert swap >= 0 and idle == pytest.approx(max(0.0, 1.0 - busy - swap), abs=1e-3), r
         run = workdir / "w" / mode / "runs" / mode
         frozen = (run / "run.toml").read_text()
         assert f'mode = "{mode}"' in frozen
@@ -37,5 +37,9 @@ def test_bench_rl_quick_runs_both_modes_on_pinned_cores_and_reports_rates_and_id
             assert state["starts"][-1]["cpus"] == want, (mode, role, state["starts"])
         learner = json.loads((run / "checkpoints" / "learner" / "task-000000.json").read_text())
         assert learner["done"] and learner["step"] == 3
+        from rl.run.report import read_curves
+
+        loaded = read_curves(run / "tb")["generator-000000"]["generator/swap_s"]
+        assert loaded[-1][2] > 0, loaded  # seconds spent loading the 3 published versions
     assert set(r["generator_cores"]).isdisjoint(r["learner_cores"])
     assert r["ratio"] == pytest.approx(r["async_samples_s"] / r["sync_samples_s"], rel=0.01)
