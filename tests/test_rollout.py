@@ -402,13 +402,8 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
         assert turns == 2 and s.failure != "deadline", (s.episode_id, turns, s.failure)
 
 
-def test_a_batch_holds_batch_groups_groups_and_a_remainder_waits_unless_nothing_more_comes(
-    tmp_path: Path, tasks_file: Path
-) -> None:
-    """The commit rule of a real Worker, its batch writer replaced by a
-    recorder (the groups are placeholders: what is under test is how many go
-    into each batch). Groups that finish together are not one batch: a
-    learner step takes whole batches, and would eat the next version's."""
+def _recording_worker(tmp_path: Path, tasks_file: Path, batch_groups: int) -> tuple[Any, list[list[Any]]]:
+    """A real Worker whose batch writer is replaced by a recorder of the groups in each batch."""
     from rl.config import validate_config
     from rl.rollout.worker import Worker
 
@@ -416,12 +411,23 @@ def test_a_batch_holds_batch_groups_groups_and_a_remainder_waits_unless_nothing_
         "run": {"name": "b", "root": str(tmp_path)},
         "executor": {"type": "local"},
         "generator": {},
-        "rollout": {"tasks_file": str(tasks_file), "groups": 8, "group_size": 2, "batch_groups": 2},
+        "rollout": {"tasks_file": str(tasks_file), "groups": 8, "group_size": 2, "batch_groups": batch_groups},
     }
     cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
     worker = Worker(cfg.run_dir, cfg, cfg.rollout, 0, {}, save=lambda **kw: None)
     written: list[list[Any]] = []
-    worker._write_batch = lambda results: written.append(list(results))  # type: ignore[method-assign]
+    worker._write_batch = lambda results: written.append(list(results))
+    return worker, written
+
+
+def test_a_batch_holds_batch_groups_groups_and_a_remainder_waits_unless_nothing_more_comes(
+    tmp_path: Path, tasks_file: Path
+) -> None:
+    """The commit rule of a real Worker, its batch writer replaced by a
+    recorder (the groups are placeholders: what is under test is how many go
+    into each batch). Groups that finish together are not one batch: a
+    learner step takes whole batches, and would eat the next version's."""
+    worker, written = _recording_worker(tmp_path, tasks_file, batch_groups=2)
     worker.pending = ["g0", "g1", "g2", "g3", "g4"]  # type: ignore[list-item]
     worker._commit(partial=False)  # five finished together; more are coming
     assert written == [["g0", "g1"], ["g2", "g3"]] and worker.pending == ["g4"]
@@ -438,19 +444,7 @@ def test_a_usr2_flush_waits_for_the_loops_batch_then_commits_what_is_left_and_no
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from rl.config import validate_config
-    from rl.rollout.worker import Worker
-
-    raw = {
-        "run": {"name": "b", "root": str(tmp_path)},
-        "executor": {"type": "local"},
-        "generator": {},
-        "rollout": {"tasks_file": str(tasks_file), "groups": 8, "group_size": 2, "batch_groups": 4},
-    }
-    cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
-    worker = Worker(cfg.run_dir, cfg, cfg.rollout, 0, {}, save=lambda **kw: None)
-    written: list[list[Any]] = []
-    worker._write_batch = lambda results: written.append(list(results))  # type: ignore[method-assign]
+    worker, written = _recording_worker(tmp_path, tasks_file, batch_groups=4)
     worker._writer, worker.ex = object(), ThreadPoolExecutor(1)
 
     def loop_section() -> None:  # the loop's thread, inside its critical section

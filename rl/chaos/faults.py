@@ -143,9 +143,9 @@ def _kill_sandbox(rd: RunDir, workers: list[tuple[str, int]], rng: random.Random
             victim = rng.choice(sandboxes)
             episodes = int(_state(rd, role, task).get("episodes", 0))
             os.kill(victim, signal.SIGKILL)
-            fault = _fault(rd, "sandbox", role, [], f"SIGKILL to sandbox pid {victim} of {role} task {task}")
-            fault.tasks, fault.episodes_before = [(role, task)], episodes
-            fault.starts_before = {}  # healed by progress, not by a restart
+            what = f"SIGKILL to sandbox pid {victim} of {role} task {task}"
+            fault = _fault(rd, "sandbox", role, [(role, task)], what)
+            fault.episodes_before = episodes  # healed by progress, not by a restart
             return fault
         time.sleep(0.2)
     return None
