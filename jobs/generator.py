@@ -144,6 +144,7 @@ class Generator(Role):
         started = time.monotonic()
         tb = _writer(rd.path / "tb" / f"generator-{self.task:06d}")
         last = (started, 0, 0.0, 0.0)
+        tokens_seen = 0
         run_started = rd.started_at
         try:
             while role_cfg.serve_s is None or time.monotonic() - started < role_cfg.serve_s:
@@ -164,6 +165,9 @@ class Generator(Role):
                     ),
                 )
                 self.state.update(served=health["served"])
+                if health["tokens"] > tokens_seen or not (health["busy"] or health["queued"]):
+                    self.progressed()  # it generated, or had nothing to do; an engine stuck on a batch does neither
+                tokens_seen = health["tokens"]
                 self.beat(version=engine.version, port=server.port)
                 # read before the newest version: a learner is done only after its last publish,
                 # so a generator that ends here has loaded that version first

@@ -52,7 +52,8 @@ class Learner(Role):
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
         from rl.learner.loop import Learner as Loop
 
-        self.learner = Loop(self.run_dir, cfg, role_cfg, self.state.get("quarantined", {}), save=self.commit)
+        quarantined = self.state.get("quarantined", {})
+        self.learner = Loop(self.run_dir, cfg, role_cfg, quarantined, save=self.commit, progressed=self.progressed)
         return self.learner.run()
 
     def on_usr2(self) -> None:

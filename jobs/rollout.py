@@ -53,7 +53,9 @@ class Rollout(Role):
             self.inflight = info.get("inflight", 0)
             self.beat(**info)
 
-        self.worker = Worker(self.run_dir, cfg, role_cfg, self.task, self.state, save=self.commit, beat=alive)
+        self.worker = Worker(
+            self.run_dir, cfg, role_cfg, self.task, self.state, save=self.commit, beat=alive, progressed=self.progressed
+        )
         # The loop runs on its own thread, so that a USR2 handler (always on
         # the main thread) can wait for a batch being written instead of
         # landing inside it.

@@ -8,6 +8,7 @@ started from, which is what the preemption and resume tests assert on.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -30,6 +31,9 @@ class Smoke(Role):
         while self.state["step"] < role_cfg.steps:
             if self.task in role_cfg.fail_tasks and self.state["step"] >= role_cfg.steps // 2:
                 raise RuntimeError(f"smoke task {self.task} fails at step {self.state['step']} (smoke.fail_tasks)")
+            stall = self.task in role_cfg.stall_tasks and len(self.state["starts"]) == 1
+            if stall and self.state["step"] >= role_cfg.steps // 2:
+                threading.Event().wait()  # a deadlock: the beat thread goes on, the loop never again
             time.sleep(role_cfg.step_s)
             self.commit(step=self.state["step"] + 1)
         return {"task": self.task, "steps": self.state["step"], "starts": len(self.state["starts"])}

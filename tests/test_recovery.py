@@ -77,6 +77,32 @@ def test_a_stopped_task_is_cancelled_as_hung_and_replaced(workdir: Path) -> None
         sarl("cancel", str(run), cwd=workdir, check=False)
 
 
+def test_a_task_that_beats_but_makes_no_progress_is_cancelled_as_stalled_and_replaced(workdir: Path) -> None:
+    """Task 1's loop deadlocks half-way at its first start (smoke.stall_tasks)
+    while its beat thread goes on: the heartbeat stays fresh, its progress
+    stamp does not. The watcher cancels it as stalled, with that reason, and
+    the replacement finishes from the committed step."""
+    # task 0 (the watcher) runs 30 s: past task 1's stall at step 50, stall_s, and the
+    # local cancel's 5 s SIGTERM grace
+    run = _start(workdir, steps=100, step_s=0.3, extra="stall_tasks = [1]\n", recovery="stall_s = 5\n")
+    try:
+        wait_for(lambda: _state(run, 1).get("step", 0) >= 50, 60, "task 1 to reach its stall")
+        victim = _pid(run, 1)
+        time.sleep(2.5)  # stalled for a while, short of stall_s: still its first start
+        beat = json.loads((run / "heartbeats" / "smoke" / "task-000001.json").read_text())
+        assert time.time() - beat["at"] < 2 and time.time() - beat["progress_at"] > 2  # alive, not advancing
+        assert len(_state(run, 1)["starts"]) == 1 and _state(run, 1)["step"] == 50
+        wait_for(lambda: len(_state(run, 1).get("starts", [])) == 2, 60, "task 1 to be replaced")
+        assert not _alive(victim)  # the stalled process was cancelled, not left running beside its successor
+        assert _state(run, 1)["starts"][1]["from"].startswith("50/")
+        wait_for(lambda: _state(run, 1).get("done"), 60, "task 1 to finish")
+        deaths = _deaths(run, 1)
+        assert len(deaths) == 1 and deaths[0]["reason"].startswith("stalled: no progress for"), deaths
+        assert len(_state(run, 0)["starts"]) == 1  # task 0 made progress all along: never touched
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+
+
 def test_a_crash_loop_is_given_up_after_max_restarts_with_the_reason_in_status(workdir: Path) -> None:
     """Task 1 raises half-way at every start (smoke.fail_tasks). With
     max_restarts = 2 it is started 3 times, then left down; `sarl status`

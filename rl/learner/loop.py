@@ -67,9 +67,17 @@ def set_rng_state(s: dict[str, Any]) -> None:
 
 class Learner:
     def __init__(
-        self, run_dir: Any, cfg: Config, lc: LearnerRole, quarantined: dict[str, str], save: Callable[..., None]
+        self,
+        run_dir: Any,
+        cfg: Config,
+        lc: LearnerRole,
+        quarantined: dict[str, str],
+        save: Callable[..., None],
+        progressed: Callable[[], None] = lambda: None,
     ):
         self.run_dir, self.cfg, self.lc, self.save_state = Path(run_dir), cfg, lc, save
+        self.progressed = progressed
+        """Says that the loop advanced or waits for batches (rl.run.recovery's stall check)."""
         self.store = Store.of_run(run_dir)
         self.checkpoints = LearnerCheckpoints(run_dir)
         self.quarantined = dict(quarantined)
@@ -163,10 +171,16 @@ class Learner:
             data = take_step(
                 self.store, self.cursor, self.lc.samples_per_step, self.lc.tokens_per_step, self.step,
                 self.lc.max_staleness,
-                self.cfg.run.mode == "sync", self.lc.poll_s, lambda: self.stopping,
+                self.cfg.run.mode == "sync", self.lc.poll_s, self._waiting,
                 lambda key, why: self._consume([key], why), self._rollouts_over,
             )  # fmt: skip
         return dist.broadcast(data)
+
+    def _waiting(self) -> bool:
+        """Asked at every poll for batches: waiting on the rollouts is not a
+        stall. True when the learner is stopping."""
+        self.progressed()
+        return self.stopping
 
     def _rollouts_over(self) -> bool:
         """Every rollout worker of the run is done: no batch will come after

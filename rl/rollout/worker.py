@@ -107,7 +107,9 @@ GATE_POLL_S = 0.25
 class Worker:
     """Plays this worker's groups and commits them. `state` holds `planned`
     (group -> task id) and `abandoned` (group -> reason); `save(**changes)`
-    commits the role's state; `beat(inflight=, pending=)` is a sign of life."""
+    commits the role's state; `beat(inflight=, pending=)` is a sign of life;
+    `progressed()` says that the loop advanced (an episode ended) or waits
+    on the learner (rl.run.recovery's stall check)."""
 
     def __init__(
         self,
@@ -118,8 +120,10 @@ class Worker:
         state: dict[str, Any],
         save: Callable[..., None],
         beat: Callable[..., None] = lambda **info: None,
+        progressed: Callable[[], None] = lambda: None,
     ):
         self.cfg, self.rc, self.index, self.save, self.beat = cfg, rc, index, save, beat
+        self.progressed = progressed
         self.run_dir = run_dir
         self.store = Store.of_run(run_dir)
         self.writer_id = f"rollout-{index:06d}"
@@ -185,6 +189,7 @@ class Worker:
                 if not inflight and self.pending:
                     self._commit()
             if not inflight:
+                self.progressed()  # nothing running: waiting on the learner's gate, not stalled
                 if todo:
                     self.stats.count(gate_wait_s=GATE_POLL_S)
                     time.sleep(GATE_POLL_S)  # the gate: waiting for the learner
@@ -195,6 +200,8 @@ class Worker:
             # a held gate is looked at again soon: a version published while episodes
             # run lets the next groups start at once, not when one of them ends
             finished, _ = wait(list(inflight), timeout=GATE_POLL_S if blocked else 5.0, return_when=FIRST_COMPLETED)
+            if finished:  # an episode ended (played, retried out, or stopped): the loop advances
+                self.progressed()
             with self._critical():
                 for f in finished:
                     self._finish(f)

@@ -28,6 +28,12 @@ class RecoveryConfig(Section):
     hung_s: float = Field(300.0, gt=0, json_schema_extra=SAFE)
     """A running task whose heartbeat is older than this (stopped, frozen
     node, stuck in the kernel) is cancelled, then started again."""
+    stall_s: float = Field(1800.0, gt=0, json_schema_extra=SAFE)
+    """A running task whose heartbeat is fresh but whose main loop has not
+    advanced (nor waited on another role) for this long is stalled (a
+    deadlock, a request that never returns): cancelled, then started again.
+    It must exceed the longest legitimate silence of a loop: a start-up
+    (model load, first checkpoint load), one learner step, one episode."""
     max_restarts: int = Field(3, ge=0, json_schema_extra=SAFE)
     """A task is started again at most this many times within `window_s`;
     at its next death it is given up (a crash loop must not burn the
@@ -140,6 +146,11 @@ class SmokeRole(RoleConfig):
     """Steps each task counts before it completes."""
     step_s: float = Field(1.0, ge=0, json_schema_extra=SAFE)
     """Seconds each step takes."""
+    stall_tasks: list[int] = Field(default_factory=list, json_schema_extra=SAFE)
+    """Tasks whose first start stalls half-way: the loop blocks for good
+    while the heartbeat thread beats on (a deadlock), to check that recovery
+    finds a task that runs but makes no progress (`run.recovery.stall_s`).
+    A later start runs normally."""
     fail_tasks: list[int] = Field(default_factory=list, json_schema_extra=SAFE)
     """Tasks that raise an error half-way, to check how failures are reported
     (clear it with `sarl resume RUN_DIR --set smoke.fail_tasks=[]`)."""

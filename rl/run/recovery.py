@@ -3,7 +3,12 @@
 There is no controller. Every task's process beats from a thread of its own
 (`Beat`) every `beat_s`, so a heartbeat older than `hung_s` means that the
 process itself no longer runs: stopped (SIGSTOP), on a frozen node, stuck
-in the kernel. Task 0 of each role also runs a `Watcher` thread: every
+in the kernel. The beat also carries `progress_at`, the last time the
+task's main loop advanced or waited on another role (`Role.progressed`,
+called from the loop, never from the beat thread): a fresh beat with a
+`progress_at` older than `stall_s` means that the process runs but its work
+stands still (a deadlock, a request that never returns). Both are hung.
+Task 0 of each role also runs a `Watcher` thread: every
 `check_s` it reads the run's status as `sarl status` does (the run
 directory, and squeue/sacct or the local processes). When some task is dead
 or hung, it starts `python -m rl.run.recovery RUN_DIR` with its own job's
@@ -12,8 +17,9 @@ submission. That process takes the run's lock without waiting (another
 watcher, or a person's `sarl resume`, holding it does the same work), looks
 again, and then:
 
-  * cancels each hung task (a heartbeat from its current job, older than
-    `hung_s`); the cancelled task is dead at the next look;
+  * cancels each hung task (a heartbeat from its current job older than
+    `hung_s`, or one whose `progress_at` is older than `stall_s`); the
+    cancelled task is dead at the next look;
   * records each dead task's death once per job (job id, state, reason) in
     RUN_DIR/recovery/ROLE/task-NNNNNN.json;
   * resubmits the dead tasks as `sarl resume` does (they continue from their
@@ -26,8 +32,11 @@ again, and then:
 Not covered:
   * a run whose every watcher (task 0 of every role) died at once has nobody
     left to bring it back: `sarl resume`;
-  * the beat proves that the process runs, not that its main thread makes
-    progress: a deadlock inside a running process is not detected;
+  * progress is what each role's loop says it is: a rollout worker whose
+    episodes all wait on a dead generator, or a learner waiting for
+    batches, counts as waiting on another role, not stalled; a stall is
+    found only after `stall_s`, which must exceed the longest legitimate
+    silence (a start-up, a learner step, an episode);
   * a task that hangs before its first beat (in its imports) is not detected.
 """
 
@@ -87,7 +96,7 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
     from rl.run.status import role_status
 
     now = time.time() if now is None else now
-    hung_s = cfg.run.recovery.hung_s
+    hung_s, stall_s = cfg.run.recovery.hung_s, cfg.run.recovery.stall_s
     out: list[Action] = []
     if rd.cancelled_path.exists():  # a person cancelled the run: it stays down until `sarl resume`
         return out
@@ -100,8 +109,14 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
             if t.status == "RUNNING":
                 beat = read_json(rd.heartbeat_path(role, t.task)) or {}
                 age = now - float(beat.get("at", now))
-                if str(beat.get("job_id")) == job and age > hung_s:  # its own beat, not a predecessor's
+                if str(beat.get("job_id")) != job:  # a predecessor's beat: this job has not beaten yet
+                    continue
+                still = now - float(beat.get("progress_at", now))
+                if age > hung_s:
                     out.append(Action(role, t.task, "hung", job, f"no heartbeat for {age:.0f} s"))
+                elif still > stall_s:
+                    why = f"stalled: no progress for {still:.0f} s while its heartbeat is fresh"
+                    out.append(Action(role, t.task, "hung", job, why))
             elif t.failed and not given_up(rd, role, t.task):
                 out.append(Action(role, t.task, "dead", job, f"{t.status}: {t.reason}".rstrip(": ")))
     return out
@@ -120,17 +135,18 @@ def recover(rd: RunDir) -> list[Action]:
         done: list[Action] = []
         resubmit: dict[str, list[int]] = {}
         for a in look(rd, cfg):
+            path = record_path(rd, a.role, a.task)
+            rec: dict[str, Any] = read_json(path) or {"deaths": []}
+            if not any(d["job_id"] == a.job_id for d in rec["deaths"]):  # once per job; a hung one's why, not CANCELLED
+                rec["deaths"].append({"job_id": a.job_id, "at": time.time(), "reason": a.reason})
             if a.kind == "hung":
                 record = _submission_of(rd, a.role, a.task)
                 if record is not None:
+                    write_json(path, rec)
                     cancel_tasks(record, [a.task])
                     log.warning("%s task %d is hung (%s): cancelled", a.role, a.task, a.reason)
                     done.append(a)
                 continue
-            path = record_path(rd, a.role, a.task)
-            rec: dict[str, Any] = read_json(path) or {"deaths": []}
-            if not any(d["job_id"] == a.job_id for d in rec["deaths"]):
-                rec["deaths"].append({"job_id": a.job_id, "at": time.time(), "reason": a.reason})
             recent = [d for d in rec["deaths"] if time.time() - d["at"] <= rc.window_s]
             if len(recent) > rc.max_restarts:
                 rec["given_up"] = (

@@ -73,6 +73,10 @@ class Role(submitit.helpers.Checkpointable):
         self.task = -1
         self.rank = 0
         self._beat_info: dict[str, Any] = {}
+        self._progress_at = time.time()
+        """When the task's main loop last advanced or waited on another role
+        (`progressed()`): the heartbeat carries it, and recovery finds a task
+        whose beat is fresh but whose loop stands still (rl.run.recovery)."""
 
     # ------------------------------------------------------------ lifecycle
     def __call__(self, task: int) -> dict[str, Any]:
@@ -83,6 +87,7 @@ class Role(submitit.helpers.Checkpointable):
         role_cfg = cfg.roles()[self.name]
         if role_cfg.job.cpu_list is not None:  # validated: the local executor, cores that exist
             pin_to_cores(role_cfg.job.cpu_list)
+        self._progress_at = time.time()  # the clock of `run.recovery.stall_s` covers the start-up too
         with self._local_slot(cfg, role_cfg):
             self.state = read_json(rd.state_path(self.name, task)) or self.initial_state(role_cfg)
             if self.state.get("done"):
@@ -133,11 +138,20 @@ class Role(submitit.helpers.Checkpointable):
         role can (complete groups, the last step) before it is requeued."""
 
     # ---------------------------------------------------------------- state
+    def progressed(self) -> None:
+        """The main loop advanced (a step, an episode, a batch) or waits on
+        another role (the staleness gate, batches not committed yet). Called
+        from the loop itself, never from the beat thread: a loop that
+        deadlocks stops calling it while the beat goes on."""
+        self._progress_at = time.time()
+
     def commit(self, **changes: Any) -> None:
-        """Atomically persist the state with `changes` applied, then beat."""
+        """Atomically persist the state with `changes` applied, then beat.
+        A commit is progress."""
         # Assign before writing: a signal handler that runs between the two
         # then checkpoints the new state, never the one before it.
         self.state = {**self.state, **changes, "updated_at": time.time()}
+        self.progressed()
         if self.rank != 0:
             return
         write_json(RunDir(self.run_dir).state_path(self.name, self.task), self.state)
@@ -157,6 +171,7 @@ class Role(submitit.helpers.Checkpointable):
                 "pid": os.getpid(),
                 "job_id": current_job_id(),
                 "progress": self.progress(),
+                "progress_at": self._progress_at,
                 **info,
             },
         )
@@ -190,5 +205,6 @@ class Role(submitit.helpers.Checkpointable):
                 finally:
                     f.close()
                 return
+            self.progressed()  # waiting for a slot is not a stall
             self.beat(waiting="for a local slot")
             time.sleep(0.5)
