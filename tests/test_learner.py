@@ -261,15 +261,18 @@ def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(("ranks", "damage"), [(1, "truncated"), (2, "flipped")])
 def test_a_checkpoint_that_cannot_be_loaded_is_set_aside_and_the_one_before_it_resumes(
-    workdir: Path, tiny_model: Path
+    workdir: Path, tiny_model: Path, ranks: int, damage: str
 ) -> None:
-    """The newest checkpoint's DeepSpeed files truncated while the learner is
-    down: the resumed learner sets it aside with its reason, loads the one
-    before, redoes the step after it on the same batch, and every batch is
-    applied once."""
+    """The newest checkpoint's DeepSpeed files damaged while the learner is
+    down: truncated (torn writes), or bytes flipped at the same size (which
+    a load would not notice). The resumed learner, of one rank or two, finds
+    it against the checkpoint's manifest, sets it aside with its reason,
+    loads the one before, redoes the step after it on the same batch, and
+    every batch is applied once."""
     steps = 4
-    run = _start(workdir, "c", tiny_model, steps, groups=0)  # a checkpoint every step, the last 2 kept
+    run = _start(workdir, "c", tiny_model, steps, groups=0, ranks=ranks)  # a checkpoint every step, the last 2 kept
     batches = _rollout_batches(tiny_model, groups=2 * steps)
     writer = Store(run / "store.zarr").writer("rollout-000000")
     try:
@@ -280,19 +283,30 @@ def test_a_checkpoint_that_cannot_be_loaded_is_set_aside_and_the_one_before_it_r
         wait_for(lambda: (newest / "meta.json").exists(), 60, "the checkpoint of step 2")
         pid = _learner_pid(run)
         assert pid is not None
-        os.kill(pid, signal.SIGKILL)
+        if ranks == 1:
+            os.kill(pid, signal.SIGKILL)
+        else:  # every rank of the task goes down at once (rank 1 alone would wait in a collective)
+            sarl("cancel", str(run), cwd=run.parents[1])
         wait_for(lambda: _learner_pid(run) is None, 30, "the learner to die")
         payload = [p for p in newest.rglob("*.pt") if p.is_file()]
         assert payload, sorted(newest.rglob("*"))
-        for p in payload:  # torn writes of a dying filesystem
-            p.write_bytes(p.read_bytes()[: p.stat().st_size // 2])
+        for p in payload:
+            data = bytearray(p.read_bytes())
+            if damage == "truncated":  # torn writes of a dying filesystem
+                del data[len(data) // 2 :]
+            else:  # bit rot: 64 bytes inverted in the middle, the size unchanged
+                mid = len(data) // 2
+                data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
+            p.write_bytes(bytes(data))
         sarl("resume", str(run), cwd=run.parents[1])
         for b in batches[2:steps]:
             writer.write(writer.next_seq(), b)
         wait_for(lambda: _state(run).get("done"), 600, "the resumed learner")
         state = _state(run)
         assert list(state["checkpoints_set_aside"]) == ["bad-step-0000000002"], state.get("checkpoints_set_aside")
-        assert "step 2: cannot be loaded" in state["checkpoints_set_aside"]["bad-step-0000000002"]
+        why = state["checkpoints_set_aside"]["bad-step-0000000002"]
+        assert "step 2: cannot be loaded" in why
+        assert ("bytes" if damage == "truncated" else "its content changed") in why, why
         assert (run / "checkpoints" / "learner" / "bad-step-0000000002" / "why.txt").exists()
         from rl.learner.checkpoints import LearnerCheckpoints
 

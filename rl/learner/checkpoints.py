@@ -2,7 +2,9 @@
 
     checkpoints/learner/step-<step:010d>/   one complete checkpoint
         cursor.json                         the consumed rollout batches
-        meta.json                           step, weight version, RNG, ... (written last)
+        meta.json                           step, weight version, RNG, ..., and the
+                                            size and xxh3 hash of every payload file
+                                            (written last)
         ...                                 whatever the learner writes (DeepSpeed files)
     checkpoints/learner/LATEST              name of the newest complete one (a pointer)
 
@@ -12,6 +14,12 @@ crash; the newest complete checkpoint, not LATEST, is what resumes. The cursor t
 learner resumes with exactly the batches that its restored model has not
 seen; batches it consumed after its last checkpoint are consumed again,
 because their effect on the model was lost with the crash.
+
+`damage()` checks a checkpoint's payload against the sizes and hashes its
+meta recorded (a torn write, a file lost or changed on the filesystem)
+before any rank loads it: one process decides from the files alone, so
+several ranks agree on falling back to the checkpoint before it. Hashing
+reads the payload once more at each save and at resume (xxh3: a few GB/s).
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import xxhash
 
 from rl.fsio import CorruptFile, atomic_write, commit_dir, read_json, sweep_temporaries, write_json
 from rl.store.rollouts import Cursor
@@ -56,8 +66,9 @@ class LearnerCheckpoints:
         def build(tmp: Path) -> None:
             if write_payload is not None:
                 write_payload(tmp)
+            files = manifest(tmp)
             write_json(tmp / "cursor.json", cursor.to_json())
-            write_json(tmp / "meta.json", {"step": step, **(meta or {})})
+            write_json(tmp / "meta.json", {"step": step, **(meta or {}), "files": files})
 
         if not commit_dir(final, build):
             raise FileExistsError(f"{final}: checkpoint of step {step} exists")
@@ -66,6 +77,22 @@ class LearnerCheckpoints:
             shutil.rmtree(self.folder / old, ignore_errors=True)
         sweep_temporaries(self.folder)
         return final
+
+    def damage(self, ck: Checkpoint) -> str:
+        """Why `ck`'s payload is not what was written (empty: it is): the
+        first file missing, of another size, or with another hash. A
+        checkpoint whose meta has no manifest (older sarl) is not checked."""
+        for rel, (size, digest) in sorted(ck.meta.get("files", {}).items()):
+            path = ck.path / rel
+            try:
+                now = path.stat().st_size
+                if now != size:
+                    return f"{rel}: {now} bytes, {size} when written"
+                if file_hash(path) != digest:
+                    return f"{rel}: its content changed since it was written (xxh3 {digest})"
+            except OSError as e:
+                return f"{rel}: {type(e).__name__}: {e.strerror or e}"
+        return ""
 
     def _complete(self) -> list[str]:
         if not self.folder.is_dir():
@@ -104,3 +131,18 @@ class LearnerCheckpoints:
             except (CorruptFile, StoreError, KeyError, TypeError, ValueError) as e:
                 self.skipped.append((str(path), f"unreadable learner checkpoint: {e}"))
         return None
+
+
+def file_hash(path: Path) -> str:
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 24):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def manifest(folder: Path) -> dict[str, list[Any]]:
+    """Every file under `folder`: relative path -> [size, xxh3 hash]."""
+    return {
+        str(p.relative_to(folder)): [p.stat().st_size, file_hash(p)] for p in sorted(folder.rglob("*")) if p.is_file()
+    }

@@ -192,17 +192,20 @@ class Learner:
         return RunDir(self.run_dir).all_done("rollout")
 
     def _resume(self) -> None:
-        """Load the newest checkpoint that loads. One whose weights or
-        optimizer state cannot be read (a corrupt or missing file) is set
-        aside and the one before it is loaded: the steps after that one are
+        """Load the newest checkpoint that loads. One whose payload is not
+        what was written (a torn, lost or changed file: checked by rank 0
+        against the checkpoint's manifest before any rank loads, so every
+        rank falls back together), or that DeepSpeed cannot load, is set
+        aside, and the one before it is loaded: the steps after that one are
         redone, each on the batches it took (the cursor goes back with the
-        checkpoint). With several ranks a checkpoint that fails to load
-        stops the learner: the ranks would have to agree on the fallback,
-        which is not built."""
+        checkpoint). With several ranks a checkpoint that passes the check
+        and still fails to load stops the learner: the ranks would have to
+        agree after a failed collective load, which is not built."""
+        load_failed = False  # only ever with one rank: several stop at a failed load
         while True:
-            latest = dist.broadcast(self.checkpoints.latest() if self.lead else None)
+            latest = dist.broadcast(self._intact() if self.lead else None)
             if latest is None:
-                if self.set_aside:  # the failed load may have changed some weights: start clean
+                if load_failed:  # the failed load may have changed some weights: start clean
                     from rl.learner.trainer import Trainer
 
                     self.trainer = Trainer(str(self.model_path), self.lc)
@@ -216,11 +219,8 @@ class Learner:
             except Exception as e:
                 if dist.world() > 1:
                     raise
-                why = f"step {latest.step}: cannot be loaded: {type(e).__name__}: {str(e)[:300]}"
-                where = self.checkpoints.set_aside(latest.path, why)
-                self.set_aside[where.name] = why
-                self.save_state(checkpoints_set_aside=dict(self.set_aside))
-                log.error("learner checkpoint %s set aside (%s); the one before it is loaded", where, why)
+                load_failed = True
+                self._set_aside(latest, f"{type(e).__name__}: {str(e)[:300]}")
         self.step, self.cursor, self.saved_step = latest.step, latest.cursor, latest.step
         self.history = list(latest.meta.get("history", []))
         set_rng_state(latest.meta["rng"])
@@ -228,6 +228,20 @@ class Learner:
             w, _, s = key.rpartition("/")
             self.cursor.add((w, int(s)))
         log.info("resumed at step %d with %d batches consumed", self.step, len(self.cursor))
+
+    def _intact(self) -> Any:
+        """Rank 0: the newest checkpoint whose payload is as written; the
+        damaged ones after it are set aside."""
+        while (ck := self.checkpoints.latest()) is not None and (why := self.checkpoints.damage(ck)):
+            self._set_aside(ck, why)
+        return ck
+
+    def _set_aside(self, ck: Any, why: str) -> None:
+        why = f"step {ck.step}: cannot be loaded: {why}"
+        where = self.checkpoints.set_aside(ck.path, why)
+        self.set_aside[where.name] = why
+        self.save_state(checkpoints_set_aside=dict(self.set_aside))
+        log.error("learner checkpoint %s set aside (%s); the one before it is loaded", where, why)
 
     def _consume(self, keys: list[tuple[str, int]], why: str) -> None:
         """Batches read and not trained on (no step taken): recorded, never read again."""
