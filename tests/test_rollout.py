@@ -188,6 +188,35 @@ def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_fil
 
 
 @pytest.mark.slow
+def test_usr2_while_no_generator_is_left_requeues_at_once(workdir: Path, tasks_file: Path, tiny_model: Path) -> None:
+    """The only generator killed (recovery off: none comes back), the worker's
+    episodes wait for one (`generator_wait_s` is 1800 s). A USR2 ends those
+    waits: the worker checkpoints and requeues within seconds, not after the
+    30 s it gives its loop (a preempted job that holds on delays every job
+    waiting for the node)."""
+    body = _config(tasks_file, groups=30, model=tiny_model).replace("concurrency = 4\n", "concurrency = 2\n")
+    sarl("submit", str(write_config(workdir, body)), cwd=workdir)
+    run = workdir / "runs" / "r"
+    store = Store(run / "store.zarr")
+    try:
+        wait_for(lambda: store.reader().committed(), 300, "a first batch")
+        generator = _heartbeat(run, "generator", 0)["pid"]
+        os.kill(generator, signal.SIGKILL)
+        wait_for(lambda: not _alive(generator), 30, "the generator to die")
+        beat = wait_for(lambda: (b := _heartbeat(run, "rollout", 0)).get("inflight", 0) >= 1 and b, 60, "episodes")
+        time.sleep(3)  # their requests fail, and the client waits for a generator
+        assert task_state(run, 0, "rollout").get("checkpoints", 0) == 0
+        sent = time.time()
+        os.kill(beat["pid"], signal.SIGUSR2)
+        wait_for(lambda: task_state(run, 0, "rollout").get("checkpoints", 0) >= 1, 60, "the checkpoint")
+        took = time.time() - sent
+        assert took < 10, f"USR2 to checkpoint took {took:.1f} s"
+        assert len(task_state(run, 0, "rollout")["starts"]) >= 1
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+
+
+@pytest.mark.slow
 def test_a_generator_killed_mid_run_costs_retries_not_rewards(
     workdir: Path, tasks_file: Path, tiny_model: Path
 ) -> None:
@@ -464,3 +493,55 @@ def test_a_usr2_flush_waits_for_the_loops_batch_then_commits_what_is_left_and_no
     worker.pending = ["g2", "g3", "g4", "g5"]  # type: ignore[list-item]
     worker._commit()  # the loop, after the flush: the task is being requeued
     assert written == [["g0", "g1"]]
+
+
+@pytest.mark.slow
+def test_a_given_up_workers_share_is_played_by_another_worker_exactly_once(
+    workdir: Path, tasks_file: Path, tiny_model: Path
+) -> None:
+    """Recovery gives worker 1 up at its first death (max_restarts = 0) and
+    hands its share to worker 0 (rl.rollout.shares). Worker 0 plays the
+    groups no batch holds, with the tasks worker 1 planned, and marks worker
+    1's task done; worker 1 never starts again. Every episode is committed once."""
+    groups, workers = 12, 2
+    body = _config(tasks_file, groups=groups, model=tiny_model).replace("concurrency = 4\n", "concurrency = 2\n")
+    body = body.replace("[rollout]\n", f"[rollout]\ntasks = {workers}\n")
+    body = re.sub(
+        r"enabled = false.*\n", "enabled = true\ncheck_s = 1\nbeat_s = 0.5\nhung_s = 120\nmax_restarts = 0\n", body
+    )
+    sarl("submit", str(write_config(workdir, body)), "--cluster", "local", cwd=workdir)
+    run = workdir / "runs" / "r"
+    store = Store(run / "store.zarr")
+    try:
+        one_state = run / "checkpoints" / "rollout" / "task-000001.json"
+        wait_for(
+            lambda: one_state.exists() and task_state(run, 1, "rollout").get("batches", 0) >= 1, 300, "worker 1's batch"
+        )
+        generator = _heartbeat(run, "generator", 0)["pid"]
+        os.kill(generator, signal.SIGSTOP)  # worker 1 must not end before the kill lands
+        try:
+            planned = {int(g): t for g, t in task_state(run, 1, "rollout")["planned"].items()}
+            os.kill(_heartbeat(run, "rollout", 1)["pid"], signal.SIGKILL)
+            wait_for(lambda: (run / "recovery" / "rollout" / "share-000001.json").exists(), 60, "the hand-over")
+        finally:
+            os.kill(generator, signal.SIGCONT)
+        _run_to_end(workdir, run, workers=workers)
+        assert _assert_exactly_once(run, store, groups, group_size=2, workers=workers) == set()
+        assert json.loads((run / "recovery" / "rollout" / "share-000001.json").read_text())["to"] == 0
+        one = task_state(run, 1, "rollout")
+        assert len(one["starts"]) == 1 and one["adopted_by"] == 0  # given up, its task done by worker 0
+        assert "crash loop" in json.loads((run / "recovery" / "rollout" / "task-000001.json").read_text())["given_up"]
+        reader = store.reader()
+        by_zero = {}
+        for key in reader.committed():
+            if key[0] == "rollout-000000":
+                info = reader.info(key)
+                by_zero |= {int(e.split("/")[0]): t for e, t in zip(info.episode_ids, info.task_ids, strict=True)}
+        taken = {g for g in by_zero if g % workers == 1}
+        assert taken, "worker 0 committed none of worker 1's groups"
+        assert all(by_zero[g] == planned[g] for g in taken if g in planned)  # the tasks worker 1 had planned
+        detail = status(run)["roles"]["rollout"]["detail"][1]
+        assert detail["status"] == "DONE" and "played by rollout task 0" in detail["progress"], detail
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+        time.sleep(0.5)

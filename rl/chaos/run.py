@@ -40,9 +40,12 @@ from typing import Any
 
 from rl.errors import SarlError
 
-CHAOS_RECOVERY = {"enabled": True, "check_s": 2.0, "beat_s": 1.0, "hung_s": 15.0, "max_restarts": 1000}
-"""Recovery for the harmed run: quick looks, and no crash-loop limit to
-speak of (every death here is an injected one, not a crash loop)."""
+CHAOS_RECOVERY = {
+    "enabled": True, "check_s": 2.0, "beat_s": 1.0, "hung_s": 15.0, "stall_s": 180.0, "max_restarts": 1000,
+}  # fmt: skip
+"""Recovery for the harmed run: quick looks, a stall bound above a learner's
+start on 2 busy cores, and no crash-loop limit to speak of (every death
+here is an injected one, not a crash loop)."""
 
 
 def _config(src: Path) -> dict[str, Any]:

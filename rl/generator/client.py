@@ -13,7 +13,9 @@ rewritten every few seconds. The client:
 * bounds its own requests in flight (`max_inflight`): callers beyond that
   wait, which is the back-pressure a rollout worker feels;
 * raises `BadRequest` at once for a request a generator refuses as invalid
-  (sending it elsewhere would not help).
+  (sending it elsewhere would not help);
+* gives up at once, with `NoGenerator`, once `stop` is set (its worker is
+  preempted: a wait for a generator must not hold the requeue back).
 """
 
 from __future__ import annotations
@@ -62,8 +64,10 @@ class GeneratorClient:
         dead_s: float = 30.0,
         max_inflight: int = 64,
         wait_for_generator_s: float = 60.0,
+        stop: threading.Event | None = None,
     ):
         self.run_dir = Path(run_dir)
+        self.stop = stop or threading.Event()
         self.auth = f"Bearer {run_secret(self.run_dir)}"
         self.timeout_s = timeout_s
         self.attempts = attempts
@@ -104,11 +108,13 @@ class GeneratorClient:
             waited = time.monotonic() - waited_since
             attempt = 0
             while attempt < self.attempts:
+                if self.stop.is_set():
+                    raise NoGenerator("the client is stopping")
                 eps = self.endpoints()
                 if not eps:
                     if time.monotonic() - waited_since > self.wait_for_generator_s:
                         break
-                    time.sleep(min(backoff, 2.0))
+                    self.stop.wait(min(backoff, 2.0))
                     waited += min(backoff, 2.0)
                     backoff *= 1.5
                     continue
@@ -129,7 +135,7 @@ class GeneratorClient:
                 if status == 401:
                     raise NoGenerator(f"{last}; clients read the secret from {self.run_dir / 'secret'}")
                 if status == 503:  # full: back off, then the least loaded again
-                    time.sleep(pause := min(float(reply.get("retry_after_s", 1)), backoff))
+                    self.stop.wait(pause := min(float(reply.get("retry_after_s", 1)), backoff))
                     waited += pause
                     backoff = min(backoff * 2, 5.0)
                     continue

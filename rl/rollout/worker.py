@@ -1,8 +1,11 @@
 """One rollout worker: an outline.
 
-    groups = my share of the run's groups (k, k + N, k + 2N, ...)
+    groups = my share of the run's groups (k, k + N, k + 2N, ...), and the
+             share of any given-up worker handed to me (rl.rollout.shares),
+             looked for while I play and once more before I end
     done   = the groups any committed batch holds (the store, not my state
-             file, is the truth) + the groups I abandoned
+             file, is the truth) + the groups I (or a given-up worker whose
+             share I play) abandoned
     for each group not done, as the gate allows (async: the staleness
     bound; sync: its round's weight version is the newest):
         its task = the plan recorded for it, else drawn from the queue
@@ -36,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.config import Config
+from rl.fsio import read_json
 from rl.rollout.config import RolloutRole
 from rl.rollout.curves import Curves
 from rl.rollout.episode import Episode, run_episode
@@ -100,6 +104,9 @@ def episode_seed(seed: int, group: int, i: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{seed}/{group}/{i}".encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
+SHARES_POLL_S = 2.0
+"""How often a playing worker looks for a share handed to it (a few small files)."""
+
 GATE_POLL_S = 0.25
 """How often a held gate looks for a new version (a cheap listing of the store)."""
 
@@ -147,9 +154,38 @@ class Worker:
         self.loop_s = 0.0
         self._writer: Any = None
         self._curves: Curves | None = None
+        self.shares = [index]
+        """The shares of the groups this worker plays: its own, and those handed to it."""
+        self.abandoned_before: set[int] = set()
+        """Groups that a given-up worker, whose share this one plays, abandoned."""
+        self._shares_read = 0.0
 
     def my_groups(self) -> list[int]:
-        return list(range(self.index, self.rc.groups, self.rc.tasks))
+        return sorted(g for k in self.shares for g in range(k, self.rc.groups, self.rc.tasks))
+
+    def _take_up(self) -> list[int]:
+        """Shares handed to this worker since it last looked (rl.rollout.shares):
+        their groups to play, with the tasks their first worker planned."""
+        from rl.rollout import shares
+        from rl.run.rundir import RunDir
+
+        self._shares_read = time.monotonic()
+        rd = RunDir(self.run_dir)
+        now = shares.shares_of(rd, self.index, self.rc.tasks)
+        new = [k for k in now if k not in self.shares]
+        self.shares = now
+        for k in new:
+            if k == self.index:
+                continue
+            peer = read_json(rd.state_path("rollout", k)) or {}
+            for g, t in peer.get("planned", {}).items():
+                self.planned.setdefault(int(g), t)
+            self.abandoned_before |= {int(g) for g in peer.get("abandoned", {})}
+            log.warning("worker %d takes up the share of given-up worker %d", self.index, k)
+        if new:  # the store, read now: what the share's first worker committed after I started
+            self.committed |= committed_groups(self.store)
+        gone = self.committed | set(self.abandoned) | self.abandoned_before
+        return [g for k in new for g in range(k, self.rc.groups, self.rc.tasks) if g not in gone]
 
     # ------------------------------------------------------------- the loop
     def run(self) -> dict[str, Any]:
@@ -160,13 +196,20 @@ class Worker:
 
         self.tokenizer = load_tokenizer(checkpoint(self.cfg.model))
         self.client = GeneratorClient(
-            self.run_dir, max_inflight=self.rc.concurrency, wait_for_generator_s=self.rc.generator_wait_s
+            self.run_dir,
+            max_inflight=self.rc.concurrency,
+            wait_for_generator_s=self.rc.generator_wait_s,
+            stop=self.stopping,  # a USR2 ends its waits: the requeue is not held back
         )
         self._writer = self.store.writer(self.writer_id)
         self._curves = Curves(Path(self.run_dir) / "tb" / self.writer_id, self.rc.group_size)
         self.committed = committed_groups(self.store)
-        todo = [g for g in self.my_groups() if g not in self.committed and g not in self.abandoned]
-        log.info("worker %d: %d groups to play, %d done", self.index, len(todo), len(self.my_groups()) - len(todo))
+        self.shares = []
+        todo = sorted(self._take_up())
+        log.info(
+            "worker %d: shares %s, %d groups to play, %d done",
+            self.index, self.shares, len(todo), len(self.my_groups()) - len(todo),
+        )  # fmt: skip
         self.started = time.monotonic()
         with (
             WarmPool(self.cfg.sandbox, size=min(self.rc.concurrency, 4)) as self.pool,
@@ -175,15 +218,24 @@ class Worker:
         ):
             t0 = time.monotonic()
             self.loop(todo)
+            while not self.stopping.is_set() and (more := self._take_up()):  # handed over while I ended
+                self.loop(more)
             self.loop_s = time.monotonic() - t0
             """Seconds of the loop alone: from the first group started to the last batch committed."""
         self._curves.close()
+        if not self.stopping.is_set():
+            from rl.rollout import shares
+            from rl.run.rundir import RunDir
+
+            shares.finish(RunDir(self.run_dir), self.index, self.shares)
         return self.summary()
 
     def loop(self, todo: list[int]) -> None:
         inflight = self.inflight
         self._loop_thread = threading.get_ident()
         while (todo or inflight) and not self.stopping.is_set():
+            if time.monotonic() - self._shares_read > SHARES_POLL_S:
+                todo[:] = sorted(todo + self._take_up())
             with self._critical():
                 blocked = self._start(todo)
                 if not inflight and self.pending:
@@ -326,7 +378,7 @@ class Worker:
                     return r.outputs[0][0], r.version
                 if r.version > need:
                     raise Abandon(f"sync: round {need} closed, a generator serves version {r.version}")
-                time.sleep(0.5)  # the generator has not loaded the round's version yet
+                self.stopping.wait(0.5)  # the generator has not loaded the round's version yet
                 waited[0] += 0.5
 
         return generate, lambda: waited[0]
@@ -362,7 +414,8 @@ class Worker:
                 log.warning("episode %d/%d: %s (attempt %d): %s", group, i, kind, attempt + 1, e)
                 if attempt == self.rc.max_retries:
                     raise InfraFailure(f"{kind}: {e}") from None
-                time.sleep(min(30.0, 2.0**attempt))
+                if self.stopping.wait(min(30.0, 2.0**attempt)):  # USR2 during the back-off
+                    raise Stopping() from None
             except BaseException:
                 if sb is not None:
                     sb.close()

@@ -26,17 +26,21 @@ again, and then:
     committed state), except a task that died `max_restarts` times within
     `window_s`: that one is given up with the reason, which `sarl status`
     shows. `sarl resume` clears the record and starts it once more.
+    A given-up rollout worker's share of the groups is handed to another
+    worker, which plays it (rl.rollout.shares); a receiver that had ended
+    is started again.
     After `sarl cancel` the watchers start nothing until `sarl resume`
     (on Slurm a cancelled job may run on for a while, its watcher with it).
 
 Not covered:
   * a run whose every watcher (task 0 of every role) died at once has nobody
     left to bring it back: `sarl resume`;
-  * progress is what each role's loop says it is: a rollout worker whose
-    episodes all wait on a dead generator, or a learner waiting for
-    batches, counts as waiting on another role, not stalled; a stall is
-    found only after `stall_s`, which must exceed the longest legitimate
-    silence (a start-up, a learner step, an episode);
+  * progress is what each role's loop says it is: a learner waiting for
+    batches, or a worker held by the staleness gate, waits on another
+    role and is not stalled; a worker whose episodes all wait for a
+    missing generator is, once that lasts `stall_s`. A stall is found only
+    after `stall_s`, which must exceed the longest legitimate silence (a
+    start-up, a learner step, an episode);
   * a task that hangs before its first beat (in its imports) is not detected.
 """
 
@@ -68,7 +72,9 @@ class Action:
     role: str
     task: int
     kind: str
-    """`dead` (resubmit it) or `hung` (cancel it first)."""
+    """`dead` (resubmit it), `hung` (cancel it first), or `share` (a rollout
+    worker that ended owning a given-up worker's unfinished share:
+    rl.rollout.shares; start it again)."""
     job_id: str
     """The job the task last ran as (`12_3`, or a local controller's pid)."""
     reason: str
@@ -119,7 +125,20 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
                     out.append(Action(role, t.task, "hung", job, why))
             elif t.failed and not given_up(rd, role, t.task):
                 out.append(Action(role, t.task, "dead", job, f"{t.status}: {t.reason}".rstrip(": ")))
+        if role == "rollout":
+            out += _stranded(rd, rc.tasks, {t.task: t for t in st.detail})
     return out
+
+
+def _stranded(rd: RunDir, tasks: int, detail: dict[int, Any]) -> list[Action]:
+    from rl.rollout import shares
+
+    states = {t: read_json(rd.state_path("rollout", t)) or {} for t in range(tasks)}
+    return [
+        Action("rollout", j, "share", detail[j].job_id.removeprefix("pid "), "ended owning a handed-over share")
+        for j in shares.stranded(rd, tasks, states)
+        if not detail[j].live
+    ]
 
 
 def recover(rd: RunDir) -> list[Action]:
@@ -135,6 +154,11 @@ def recover(rd: RunDir) -> list[Action]:
         done: list[Action] = []
         resubmit: dict[str, list[int]] = {}
         for a in look(rd, cfg):
+            if a.kind == "share":
+                _undone(rd, a.task)
+                resubmit.setdefault(a.role, []).append(a.task)
+                done.append(a)
+                continue
             path = record_path(rd, a.role, a.task)
             rec: dict[str, Any] = read_json(path) or {"deaths": []}
             if not any(d["job_id"] == a.job_id for d in rec["deaths"]):  # once per job; a hung one's why, not CANCELLED
@@ -154,6 +178,8 @@ def recover(rd: RunDir) -> list[Action]:
                     f"(run.recovery.max_restarts = {rc.max_restarts}); last: {a.reason}"
                 )
                 log.error("%s task %d: %s", a.role, a.task, rec["given_up"])
+                if a.role == "rollout":
+                    rec["share_to"] = _hand_over(rd, cfg, a.task)
             else:
                 resubmit.setdefault(a.role, []).append(a.task)
                 done.append(a)
@@ -162,6 +188,31 @@ def recover(rd: RunDir) -> list[Action]:
             submit_role(rd, cfg, role, tasks)
             log.warning("%s tasks %s were dead: resubmitted", role, tasks)
         return done
+
+
+def _hand_over(rd: RunDir, cfg: Config, task: int) -> int | None:
+    """The share of a given-up rollout worker, to another (rl.rollout.shares).
+    The receiver, if it is not running, is started by the next round."""
+    from rl.rollout import shares
+    from rl.run.status import role_status
+
+    n = cfg.roles()["rollout"].tasks
+    detail = role_status(rd, "rollout", n).detail
+    running = {t.task for t in detail if t.live}
+    out = {t for t in range(n) if given_up(rd, "rollout", t)} | {task}
+    to = shares.hand_over(rd, task, n, running, out)
+    if to is None:
+        log.error("rollout task %d's share is not handed over: no other worker can take it", task)
+    else:
+        log.warning("rollout task %d's share is handed to rollout task %d", task, to)
+    return to
+
+
+def _undone(rd: RunDir, task: int) -> None:
+    """A rollout worker that ended is to play a handed-over share: its task is not done any more."""
+    path = rd.state_path("rollout", task)
+    st = read_json(path) or {}
+    write_json(path, {**st, "done": False, "updated_at": time.time()})
 
 
 def _submission_of(rd: RunDir, role: str, task: int) -> dict[str, Any] | None:

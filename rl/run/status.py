@@ -145,6 +145,8 @@ def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) ->
                 ts.reason = "; ".join(w for w in why if w)
         if state.get("done"):
             ts.status = "DONE"
+            if "adopted_by" in state:  # given up; another worker played its share (rl.rollout.shares)
+                ts.progress = f"given up; its groups were played by {role} task {state['adopted_by']}"
         elif ts.failed:
             stopped = given_up(rd, role, task)
             if stopped:  # the watchers no longer start it (rl.run.recovery)
