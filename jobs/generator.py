@@ -3,8 +3,9 @@
 Each task builds its engine on the base checkpoint, loads the newest weight
 version in the store if there is one, and serves over HTTP. Every `poll_s`
 it announces itself in `endpoints/generator-NNNNNN.json` (address, port,
-loaded version, queue) and looks for a newer version, which it loads into the
-live engine between batches. Restarted (requeue, resume), it starts over
+loaded version, queue; from a thread of its own, so that a swap does not
+silence it) and looks for a newer version, which it loads into the live
+engine between batches. Restarted (requeue, resume), it starts over
 from the newest version: a generator has no state to lose. In a run with a
 learner it ends, done, once the learner and every rollout worker are done.
 
@@ -28,7 +29,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rl.config import Config, GeneratorRole, RoleConfig
-from rl.generator.endpoint import Endpoint, announce, run_secret, withdraw
+from rl.generator.endpoint import Announcer, Endpoint, run_secret
 from rl.run.role import Role, current_job_id
 from rl.run.rundir import RunDir
 from rl.store import StoreError
@@ -146,24 +147,17 @@ class Generator(Role):
         last = (started, 0, 0.0, 0.0)
         tokens_seen = 0
         run_started = rd.started_at
+        me: dict[str, Any] = {"task": self.task, "addr": addr, "host": socket.gethostname(), "port": server.port}
+        me.update(pid=os.getpid(), job_id=current_job_id(), every_s=role_cfg.poll_s)
+        announcer = Announcer(
+            rd.path, self.task, role_cfg.poll_s, lambda: Endpoint(**me, at=time.time(), **server.health())
+        )
+        announcer.start()
         try:
             while role_cfg.serve_s is None or time.monotonic() - started < role_cfg.serve_s:
                 health = server.health()
                 if tb is not None:
                     last = _curves(tb, health, engine.version, last, run_started)
-                announce(
-                    rd.path,
-                    Endpoint(
-                        task=self.task,
-                        addr=addr,
-                        host=socket.gethostname(),
-                        port=server.port,
-                        pid=os.getpid(),
-                        job_id=current_job_id(),
-                        at=time.time(),
-                        **health,
-                    ),
-                )
                 self.state.update(served=health["served"])
                 if health["tokens"] > tokens_seen or not (health["busy"] or health["queued"]):
                     self.progressed()  # it generated, or had nothing to do; an engine stuck on a batch does neither
@@ -196,7 +190,7 @@ class Generator(Role):
         finally:
             if tb is not None:
                 tb.close()
-            withdraw(rd.path, self.task)
+            announcer.close()  # withdrawn before the server stops: no client sends to a closed port
             server.stop()
             engine.close()
         return {"task": self.task, "version": engine.version, "served": server.served}

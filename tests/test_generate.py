@@ -513,6 +513,39 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         sarl("cancel", str(run_dir), cwd=workdir, check=False)
 
 
+def test_a_stopped_generator_is_given_up_once_its_announcements_fall_silent(
+    workdir: Path, tiny_model: Path, tok: Any
+) -> None:
+    """SIGSTOP keeps a generator's connections open and answers nothing. Its
+    announcements (from a thread of their own, every 0.5 s) fall silent, and
+    a client waiting on it retries elsewhere after about 5 s, not after its
+    `timeout_s` (120 s here), nor after recovery has killed the process."""
+    cfg = write_config(workdir, _generator_config(tiny_model, "hf", 2, "local"))
+    sarl("submit", str(cfg), cwd=workdir)
+    run_dir = workdir / "runs" / "g"
+    pid = 0
+    try:
+        eps = _wait_endpoints(run_dir, 2, 300)
+        victim = next(e for e in eps if e.task == 0)
+        pid = json.loads((run_dir / "endpoints" / "generator-000000.json").read_text())["pid"]
+        os.kill(pid, signal.SIGSTOP)
+        client = GeneratorClient(run_dir, timeout_s=120)
+        p = prompt(tok, "What is 2+3?")
+        took, served_by = [], []
+        for _ in range(3):  # round robin: the stopped one is tried within the first two
+            t0 = time.monotonic()
+            served_by.append(client.generate([p], GREEDY).endpoint.task)
+            took.append(time.monotonic() - t0)
+        assert served_by == [1, 1, 1]
+        assert client.failures[victim.key] == 1  # tried once, given up, then left out
+        assert max(took) < 20, took  # silent after 5 s, plus a second's look and the answer
+        assert max(took) > 4, took  # it did wait on the stopped one, for about its silence
+    finally:
+        if pid:
+            os.kill(pid, signal.SIGCONT)
+        sarl("cancel", str(run_dir), cwd=workdir, check=False)
+
+
 def _health(ep: Any, run_dir: Path) -> dict[str, Any]:
     """The generator's own account of its queue and engine (GET /health)."""
     req = urllib.request.Request(

@@ -9,6 +9,10 @@ rewritten every few seconds. The client:
   shortest announced queue;
 * retries elsewhere when a generator refuses the connection, times out or
   fails, and leaves that generator out for `dead_s`;
+* stops waiting for an answer once the generator's announcements fall
+  silent (more than `silent_s`, or ten of its announcement intervals): a
+  stopped process (SIGSTOP, a frozen node or device) keeps the connection
+  open and answers nothing, until recovery kills it or `timeout_s` passes;
 * backs off when a generator answers 503 (its queue is full);
 * bounds its own requests in flight (`max_inflight`): callers beyond that
   wait, which is the back-pressure a rollout worker feels;
@@ -24,6 +28,7 @@ import http.client
 import json
 import os
 import random
+import select
 import threading
 import time
 from collections import defaultdict
@@ -34,7 +39,7 @@ from typing import Any
 from rl.engine import BadRequest, Completion
 from rl.engine.config import SamplingParams
 from rl.errors import SarlError
-from rl.generator.endpoint import ENDPOINTS, Endpoint, read_endpoints, run_secret
+from rl.generator.endpoint import ENDPOINTS, Endpoint, read_endpoint, read_endpoints, run_secret
 
 
 class NoGenerator(SarlError, RuntimeError):
@@ -65,9 +70,13 @@ class GeneratorClient:
         max_inflight: int = 64,
         wait_for_generator_s: float = 60.0,
         stop: threading.Event | None = None,
+        silent_s: float = 5.0,
     ):
         self.run_dir = Path(run_dir)
         self.stop = stop or threading.Event()
+        self.silent_s = silent_s
+        self._announced: dict[int, tuple[float, Endpoint | None]] = {}
+        """Generator task -> (when read, its announcement): read at most once a second."""
         self.auth = f"Bearer {run_secret(self.run_dir)}"
         self.timeout_s = timeout_s
         self.attempts = attempts
@@ -145,6 +154,36 @@ class GeneratorClient:
                 self.errors[ep.key] += 1
         raise NoGenerator(f"no generator served the request after {attempt} attempt(s); last: {last}")
 
+    def _await_answer(self, conn: http.client.HTTPConnection, ep: Endpoint) -> None:
+        """Until the answer starts to arrive: raises TimeoutError after
+        `timeout_s`, ConnectionAbortedError once `ep` has fallen silent."""
+        sent = time.monotonic()
+        while not select.select([conn.sock], [], [], 1.0)[0]:
+            if time.monotonic() - sent > self.timeout_s:
+                raise TimeoutError(f"no answer in {self.timeout_s:.0f} s")
+            silent = self._silent(ep)
+            if silent:
+                raise ConnectionAbortedError(silent)
+
+    def _silent(self, ep: Endpoint) -> str:
+        """Why `ep` is taken as stopped (empty: it is not): its announcement
+        is older than `silent_s` and ten of its intervals, or another
+        process announces under its task. A withdrawn announcement is a
+        generator shutting down, which answers or closes the connection."""
+        now = time.monotonic()
+        with self.lock:
+            read_at, cur = self._announced.get(ep.task, (float("-inf"), None))
+            if now - read_at >= 1.0:
+                cur = read_endpoint(self.run_dir, ep.task)
+                self._announced[ep.task] = (now, cur)
+        if cur is None:
+            return ""
+        if cur.key != ep.key:
+            return f"generator task {ep.task} is announced by another process now ({cur.key})"
+        limit = max(self.silent_s, 10 * cur.every_s) if cur.every_s else self.stale_s
+        age = time.time() - cur.at
+        return f"silent for {age:.0f} s (more than {limit:.0f} s): stopped" if age > limit else ""
+
     def _mark_dead(self, ep: Endpoint) -> None:
         with self.lock:
             self.dead_until[ep.key] = time.monotonic() + self.dead_s
@@ -156,6 +195,7 @@ class GeneratorClient:
         conn = http.client.HTTPConnection(ep.addr, ep.port, timeout=self.timeout_s)
         try:
             conn.request("POST", "/generate", body, {"Content-Type": "application/json", "Authorization": self.auth})
+            self._await_answer(conn, ep)
             resp = conn.getresponse()
             data = resp.read()
             try:

@@ -1,19 +1,28 @@
 """The endpoint record: how a generator announces itself to its clients.
 
 Each generator task rewrites `RUN/endpoints/generator-NNNNNN.json` every
-`poll_s` seconds (and removes it when it stops serving). Clients treat an
-announcement older than their `stale_s` as a generator that is gone. This
-module is the only place that writes or reads these files.
+`poll_s` seconds from a thread of its own (`Announcer`: a weight swap or a
+long turn of its main loop does not silence it), and removes it when it
+stops serving. Clients treat an announcement older than their `stale_s` as
+a generator that is gone, and one silent for longer than a few of its
+intervals as a stopped process: they stop waiting for its answers
+(rl.generator.client). This module is the only place that writes or reads
+these files.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from rl.fsio import CorruptFile, read_json, write_json
+
+log = logging.getLogger("sarl.generator")
 
 ENDPOINTS = "endpoints"
 
@@ -54,6 +63,8 @@ class Endpoint:
     """Seconds it spent loading weight versions since it started."""
     swapping: bool = False
     """True while it loads a new weight version (requests are held)."""
+    every_s: float = 0.0
+    """Seconds between two announcements (0: not said)."""
 
     @property
     def key(self) -> str:
@@ -75,6 +86,39 @@ def announce(run_dir: str | os.PathLike[str], endpoint: Endpoint) -> None:
 
 def withdraw(run_dir: str | os.PathLike[str], task: int) -> None:
     endpoint_path(run_dir, task).unlink(missing_ok=True)
+
+
+def read_endpoint(run_dir: str | os.PathLike[str], task: int) -> Endpoint | None:
+    """Generator `task`'s announcement, None when there is none (withdrawn, torn)."""
+    try:
+        return Endpoint.from_json(read_json(endpoint_path(run_dir, task)) or {})
+    except (OSError, CorruptFile, TypeError):
+        return None
+
+
+class Announcer(threading.Thread):
+    """Announces `make()` (an Endpoint, its `at` now) every `every_s`, from a
+    thread of its own, until `close()`, which withdraws the announcement."""
+
+    def __init__(self, run_dir: str | os.PathLike[str], task: int, every_s: float, make: Callable[[], Endpoint]):
+        super().__init__(name="sarl-announce", daemon=True)
+        self.run_dir, self.task, self.every_s, self.make = run_dir, task, every_s, make
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while True:
+            try:
+                announce(self.run_dir, self.make())
+            except Exception:  # a full disk, a torn read of health: the next one tries again
+                log.exception("announcement failed")
+            if self.stop.wait(self.every_s):
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        if self.is_alive():
+            self.join(timeout=10)
+        withdraw(self.run_dir, self.task)
 
 
 def read_endpoints(run_dir: str | os.PathLike[str], stale_s: float, now: float) -> list[Endpoint]:
