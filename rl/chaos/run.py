@@ -201,6 +201,7 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
                 "kind": f.kind,
                 "role": f.role,
                 "detail": f.detail,
+                "at_s": round(f.at - t0, 1),  # seconds after the harmed run's submission
                 "recovery_s": None if f.recovery_s is None else round(f.recovery_s, 1),
             }
             for f in faults
