@@ -45,11 +45,14 @@ def record_path(rd: RunDir, share: int) -> Path:
 
 
 def handed(rd: RunDir, tasks: int) -> dict[int, int]:
-    """Every share handed over: share -> the worker it was handed to."""
+    """Every share handed over: share -> the worker it was handed to. One
+    listing of a folder (every worker asks every few seconds), and a read of
+    each record, which exists only for a given-up worker."""
     out = {}
-    for k in range(tasks):
-        rec = read_json(record_path(rd, k))
-        if rec is not None:
+    for path in sorted((rd.path / "recovery" / ROLE).glob("share-*.json")):
+        k = int(path.stem.removeprefix("share-"))
+        rec = read_json(path)
+        if rec is not None and k < tasks:
             out[k] = int(rec["to"])
     return out
 
