@@ -97,8 +97,9 @@ def clear(rd: RunDir, role: str, tasks: list[int]) -> None:
 
 
 def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
-    """Every task that is dead (and not given up) or hung, from the run
-    directory and the scheduler alone."""
+    """Every task that is dead (and not given up) or hung, and every rollout
+    worker that ended owning a handed-over share, from the run directory and
+    the scheduler alone."""
     from rl.run.status import role_status
 
     now = time.time() if now is None else now
@@ -131,13 +132,14 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
 
 
 def _stranded(rd: RunDir, tasks: int, detail: dict[int, Any]) -> list[Action]:
+    """Receivers whose state says done (status DONE, whatever their process):
+    each is started again to play the share handed to it."""
     from rl.rollout import shares
 
     states = {t: read_json(rd.state_path("rollout", t)) or {} for t in range(tasks)}
     return [
         Action("rollout", j, "share", detail[j].job_id.removeprefix("pid "), "ended owning a handed-over share")
         for j in shares.stranded(rd, tasks, states)
-        if not detail[j].live
     ]
 
 
