@@ -41,11 +41,14 @@ def run(args: argparse.Namespace) -> int:
 
     from jobs.cli_run import run_dir
     from jobs.output import emit_json
+    from rl.engine.config import HFEngineConfig, VLLMEngineConfig
     from rl.errors import SarlError
-    from rl.eval.run import evaluate
+    from rl.eval.run import Plan, evaluate, with_changes
+    from rl.run.role import context_of
     from rl.tasks.format import read_tasks
 
     rd = run_dir(args.run_dir)
+    cfg = rd.config()
     if args.n < 1:
         raise SarlError(f"-n {args.n}: at least one sample per task")
     ks = args.k if args.k else sorted({1, args.n})
@@ -55,17 +58,20 @@ def run(args: argparse.Namespace) -> int:
     tasks = list(read_tasks(args.tasks))
     if not tasks:
         raise SarlError(f"{args.tasks}: no task")
+    changes = {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": args.temperature}
+    agent = cfg.eval.agent if cfg.eval is not None and cfg.eval.agent is not None else cfg.agent()
+    agent = with_changes(agent, {k: v for k, v in changes.items() if v is not None})
+    own = {"hf": HFEngineConfig(), "vllm": VLLMEngineConfig()}.get(args.backend) or cfg.engine()
+    live_max_len = cfg.generator.engine.max_model_len if cfg.generator is not None else None
+    plan = Plan(tasks, str(args.tasks), agent, args.n, ks, args.concurrency)
     bar = tqdm(total=len(tasks) * args.n, desc="eval", unit="episode", file=sys.stderr)
-    agent = {k: v for k, v in (("max_tokens", args.max_tokens), ("max_turns", args.max_turns),
-                                ("temperature", args.temperature)) if v is not None}  # fmt: skip
-    summary = evaluate(rd.path, tasks, str(args.tasks), args.version, args.n, ks, args.concurrency, args.engine,
-                       progress=bar.update, agent=agent, backend=args.backend)  # fmt: skip
+    summary = evaluate(context_of(cfg, rd.path), plan, args.version, args.engine, own, live_max_len, bar.update)
     bar.close()
     if args.json:
         emit_json(summary)
         return 0
-    print(f"version {summary['version']} on {summary['tasks']} tasks of {args.tasks}, {args.n} sample(s) each "
-          f"({summary['engine']} engine, {summary['minutes']} min)")  # fmt: skip
+    how = f"{summary['engine']} engine, {summary['minutes']} min"
+    print(f"version {summary['version']} on {summary['tasks']} tasks of {args.tasks}, {args.n} sample(s) each ({how})")
     for k in ks:
         print(f"  pass@{k} = {summary[f'pass@{k}']:.3f} +- {summary[f'se@{k}']:.3f} (standard error)")
     if summary["failures"]:

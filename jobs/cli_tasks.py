@@ -69,13 +69,13 @@ def import_tasks(args: argparse.Namespace) -> int:
 def generate(args: argparse.Namespace) -> int:
     from rl.tasks.families import FAMILIES
     from rl.tasks.format import write_tasks
-    from rl.tasks.generate import generate as generate_tasks
+    from rl.tasks.synthesis import synthesize
 
     if args.family == "list":
         for f in FAMILIES.values():
             print(f"{f.name:14} {f.what}")
         return 0
-    tasks = generate_tasks(args.family, args.n, args.seed, args.difficulty)
+    tasks = synthesize(args.family, args.n, args.seed, args.difficulty)
     write_tasks(args.output, tasks)
     print(f"wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
     return 0
@@ -83,7 +83,7 @@ def generate(args: argparse.Namespace) -> int:
 
 def split(args: argparse.Namespace) -> int:
     from rl.tasks.format import read_tasks, write_tasks
-    from rl.tasks.generate import split as split_tasks
+    from rl.tasks.synthesis import split as split_tasks
 
     train, held = split_tasks(list(read_tasks(args.file)), args.held_out, args.seed)
     stem = args.file.name.removesuffix(".gz").removesuffix(".jsonl")
@@ -100,8 +100,8 @@ def validate(args: argparse.Namespace) -> int:
 
     from rl.fsio import atomic_write
     from rl.tasks.format import read_tasks, write_tasks
-    from rl.tasks.validation import report_json
-    from rl.tasks.validation import validate as validate_tasks
+    from rl.validation.report import report_json
+    from rl.validation.report import validate as validate_tasks
     from rl.verify.verifier import Verifier
 
     tasks = list(read_tasks(args.file))
@@ -127,8 +127,8 @@ def report(args: argparse.Namespace) -> int:
     from jobs.output import emit_json
     from rl.errors import ConfigError
     from rl.fsio import atomic_write, read_json
+    from rl.tasks.dedup import duplicates
     from rl.tasks.format import read_tasks, write_tasks
-    from rl.tasks.validation import duplicates
 
     rd = run_dir(args.run_dir)
     cfg = rd.config()

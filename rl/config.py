@@ -23,15 +23,18 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError, model_validator
 
-from rl.engine.config import ModelConfig
+from rl.agent.config import AgentConfig
+from rl.engine.config import EngineConfig, VLLMEngineConfig
 from rl.errors import ConfigError
 from rl.eval.config import EvalRole
 from rl.generator.config import GeneratorRole
 from rl.learner.config import LearnerRole
+from rl.model import ModelConfig
 from rl.rollout.config import RolloutRole
-from rl.run.config import Executor, JobResources, LocalExecutor, RoleConfig, RunSection, SlurmExecutor, SmokeRole
-from rl.schema import SAFE, TAG, Section, models_in, tag_values
-from rl.tasks.config import ValidateRole
+from rl.run.config import Executor, LocalExecutor, RunSection, SlurmExecutor
+from rl.schema import SAFE, TAG, JobResources, RoleConfig, Section, models_in, resolved_from, tag_values
+from rl.smoke.config import SmokeRole
+from rl.validation.config import ValidationRole
 from rl.verify.config import VerifyConfig
 from sandboxes.config import SandboxConfig
 
@@ -49,7 +52,7 @@ __all__ = [
     "LearnerRole",
     "RolloutRole",
     "SmokeRole",
-    "ValidateRole",
+    "ValidationRole",
     "config_diff",
     "dump_toml",
     "load_config",
@@ -96,18 +99,27 @@ class Config(Section):
     """The base policy: checkpoint folder or built-in model, and dtype."""
 
     # Roles: one field each, in the order they are submitted.
-    smoke: SmokeRole | None = role("jobs.smoke:Smoke")
+    smoke: SmokeRole | None = role("jobs.smoke:SmokeJob")
     """The smoke role (plumbing check); absent: not run."""
-    validation: ValidateRole | None = role("jobs.validate:Validate")
+    validation: ValidationRole | None = role("jobs.validation:ValidationJob")
     """Task validation as a job array; absent: not run."""
-    generator: GeneratorRole | None = role("jobs.generator:Generator")
+    generator: GeneratorRole | None = role("jobs.generator:GeneratorJob")
     """Generators serving the policy; absent: not run."""
-    rollout: RolloutRole | None = role("jobs.rollout:Rollout")
+    rollout: RolloutRole | None = role("jobs.rollout:RolloutJob")
     """Rollout workers playing episodes against the generators; absent: not run."""
-    learner: LearnerRole | None = role("jobs.learner:Learner")
+    learner: LearnerRole | None = role("jobs.learner:LearnerJob")
     """The learner training on committed rollouts; absent: not run."""
-    eval: EvalRole | None = role("jobs.evaluate:Evaluate")
+    eval: EvalRole | None = role("jobs.eval:EvalJob")
     """Evaluation of published versions on held-out tasks; absent: not run."""
+
+    def agent(self) -> AgentConfig:
+        """The run's agent: the rollouts', else the default (what evaluation
+        and SFT on references play when they have none of their own)."""
+        return self.rollout.agent if self.rollout is not None else AgentConfig()
+
+    def engine(self) -> EngineConfig:
+        """The run's inference engine: the generators', else vLLM's default."""
+        return self.generator.engine if self.generator is not None else VLLMEngineConfig()
 
     @model_validator(mode="after")
     def _check_combinations(self) -> Config:
@@ -132,11 +144,30 @@ class Config(Section):
                     f"{name}.job.time_min = {role.job.time_min} minutes: the job would be signalled "
                     "before it starts"
                 )
-        if self.rollout is not None:
-            self._check_modes(self.rollout)
+        self._check_staleness()
         if self.learner is not None:
             self._check_learner(self.learner)
+        self._resolve()
         return self
+
+    def _resolve(self) -> None:
+        """Copy what a role needs from another into its own section: the one
+        place where sections meet, so that each role reads its own alone. A
+        `resolved` field that the user set is refused, naming its source."""
+        for name, section in self.roles().items():
+            for key, field in type(section).model_fields.items():
+                source = resolved_from(field)
+                if source is not None and key in section.model_fields_set:
+                    raise ValueError(f"{name}.{key}: not set in a run config; it is {source}'s (resolved)")
+        if self.rollout is not None:
+            self.rollout.max_model_len = self.engine().max_model_len
+            self.rollout.model_fields_set.discard("max_model_len")
+        if self.learner is not None:
+            self.learner.agent = self.agent()
+            self.learner.model_fields_set.discard("agent")
+        if self.eval is not None:
+            self.eval.agent = self.eval.agent or self.agent()
+            self.eval.engine = self.eval.engine or self.engine()
 
     def _check_learner(self, lc: LearnerRole) -> None:
         ranks = lc.job.nodes * lc.job.tasks_per_node
@@ -157,23 +188,38 @@ class Config(Section):
                 "on samples of version N, so every step must be published"
             )
 
-    def _check_modes(self, r: RolloutRole) -> None:
-        """Staleness settings that cannot hold under the run's mode."""
-        if self.run.mode == "sync":
-            if r.groups_per_step == 0:
+    def _check_staleness(self) -> None:
+        """The staleness bound, the run's mode and the step sizes the roles
+        use must agree; each error names the keys that disagree."""
+        run, r, lc = self.run, self.rollout, self.learner
+        if run.mode == "sync":
+            if run.max_staleness not in (None, 0):
+                raise ValueError(
+                    f"run.max_staleness = {run.max_staleness}: run.mode = 'sync' generates every sample "
+                    "with the current version (staleness 0); remove it, or set run.mode = 'async'"
+                )
+            if r is not None and r.groups_per_step == 0:
                 raise ValueError(
                     "rollout.groups_per_step: run.mode = 'sync' plays one round of groups per learner step; "
                     "set how many groups a step takes"
                 )
-            if r.max_staleness is not None and r.max_staleness != 0:
-                raise ValueError(
-                    f"rollout.max_staleness = {r.max_staleness}: run.mode = 'sync' generates every sample "
-                    "with the current version (staleness 0); remove it, or set run.mode = 'async'"
-                )
-        elif r.max_staleness is not None and r.groups_per_step == 0:
+            if r is not None and lc is not None and not _from_references(lc):
+                if lc.tokens_per_step is not None:
+                    raise ValueError(
+                        f"learner.tokens_per_step = {lc.tokens_per_step}: run.mode = 'sync' trains each step on "
+                        "one round of rollout.groups_per_step groups; remove it"
+                    )
+                if lc.samples_per_step != r.groups_per_step * r.group_size:
+                    raise ValueError(
+                        f"learner.samples_per_step = {lc.samples_per_step} must equal rollout.groups_per_step x "
+                        f"rollout.group_size = {r.groups_per_step} x {r.group_size} = "
+                        f"{r.groups_per_step * r.group_size}: in run.mode = 'sync' a step trains on exactly "
+                        "one round, and any other size waits for a round that never fills"
+                    )
+        elif run.max_staleness is not None and r is not None and r.groups_per_step == 0:
             raise ValueError(
-                "rollout.max_staleness needs rollout.groups_per_step: the bound counts learner steps, "
-                "and without it no step size is known"
+                "run.max_staleness needs rollout.groups_per_step: the rollout workers' bound counts "
+                "learner steps, and without it no step size is known"
             )
 
     def roles(self) -> dict[str, RoleConfig]:
@@ -209,6 +255,12 @@ ROLES: dict[str, RoleSpec] = _registered_roles()
 """Every role, by section name, in submission order: derived from `Config`."""
 
 _TAGS = tag_values(Config)
+
+MOVED = {
+    "rollout.max_staleness": "run.max_staleness",
+    "learner.max_staleness": "run.max_staleness",
+}
+"""Keys that a run config of an earlier sarl may still hold, and where they went."""
 
 
 # ----------------------------------------------------------------- loading
@@ -270,7 +322,8 @@ def _format_errors(err: ValidationError, source: str, raw: dict[str, Any]) -> st
     for e in err.errors():
         loc = _user_location(e["loc"], raw)
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
+            moved = MOVED.get(".".join(loc))
+            msg = f"moved to {moved}" if moved else "unknown key"
         elif e["type"] == "missing":
             msg = "required key is missing"
         elif e["type"] == "union_tag_invalid":
@@ -384,6 +437,11 @@ def validate_config(
         _check_tasks([cfg.eval.tasks_file], f"{source}: eval.tasks_file")
         _check_held_out(cfg, source)
     return cfg
+
+
+def _from_references(lc: LearnerRole) -> bool:
+    """SFT on reference solutions: the learner reads no rollouts."""
+    return lc.loss.type == "sft" and lc.loss.source == "references"
 
 
 def _resolve_file(path: Path, base: Path, where: str) -> Path:

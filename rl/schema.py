@@ -1,5 +1,7 @@
 """What every config section shares (pydantic only): the base model, the
-`mid_run_safe` mark, and the one way to write a tagged union.
+`mid_run_safe` mark, the one way to write a tagged union, the fields every
+role shares (`RoleConfig`, `JobResources`), and the mark of a value that
+rl.config resolves from another section (`resolved`).
 
 A tagged union chooses a backend by its `type` key, everywhere in the
 config (`[executor]`, `[sandbox.backend]`, `[generator.engine]`, ...). A
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 from pydantic.json_schema import JsonDict
 
 TAG = "type"
@@ -27,6 +29,21 @@ class Section(BaseModel):
     validated, and each field's docstring is its documentation."""
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True, validate_default=True)
+
+
+def resolved(source: str) -> Any:
+    """A field of a role's section that the user does not write: rl.config
+    copies it from `source` (a dotted key of another section) when the
+    config is validated, once, in one place, so that a role reads its own
+    section alone. It is not written to run.toml (it follows from what is)."""
+    return Field(None, exclude=True, json_schema_extra={"resolved_from": source})
+
+
+def resolved_from(field: Any) -> str | None:
+    """The source of a `resolved` field, or None for a field the user writes."""
+    extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
+    source = extra.get("resolved_from")
+    return str(source) if source is not None else None
 
 
 def tag_of(model: type[BaseModel]) -> str:
@@ -82,4 +99,58 @@ def models_in(annotation: Any) -> list[type[BaseModel]]:
     return [m for arg in get_args(annotation) for m in models_in(arg)]
 
 
-__all__ = ["SAFE", "TAG", "Section", "default_tag", "models_in", "tag_of", "tag_values"]
+# ------------------------------------------------------------ every role
+
+
+class JobResources(Section):
+    """What one task of a role asks the scheduler for."""
+
+    partition: str | None = Field(None, json_schema_extra=SAFE)
+    """Partition for this role; defaults to `executor.partition`."""
+    time_min: int = Field(60, ge=1, json_schema_extra=SAFE)
+    """Time limit of one job, in minutes. A role that reaches it checkpoints and
+    requeues itself."""
+    nodes: int = Field(1, ge=1, json_schema_extra=SAFE)
+    """Nodes per task (multi-node only for the learner)."""
+    tasks_per_node: int = Field(1, ge=1, le=1024, json_schema_extra=SAFE)
+    """Processes per node of one task (`--ntasks-per-node`): the learner's
+    torch.distributed ranks are `nodes` x `tasks_per_node`. Other roles: 1."""
+    cpus_per_task: int = Field(1, ge=1, json_schema_extra=SAFE)
+    """CPU cores per task."""
+    cpu_list: list[int] | None = Field(None, min_length=1, json_schema_extra=SAFE)
+    """Local executor only: pin this role's processes (and all they start:
+    engines, sandboxes) to these cores, and size their compute threads to
+    them (OMP_NUM_THREADS, vLLM's thread binding). None: the role shares
+    every core (right for sync runs, whose roles take turns). On Slurm the
+    scheduler places tasks (`cpus_per_task`)."""
+    gpus_per_task: int = Field(0, ge=0, json_schema_extra=SAFE)
+    """GPUs per task (`--gpus-per-node` on Slurm)."""
+    mem_gb: float = Field(2.0, gt=0, json_schema_extra=SAFE)
+    """Memory per task, in GiB."""
+    array_parallelism: int | None = Field(None, ge=1, json_schema_extra=SAFE)
+    """At most this many tasks of the array run at once (`--array=...%N`);
+    none: no limit. The local executor enforces it with slot locks."""
+
+
+class RoleConfig(Section):
+    """Fields shared by every role."""
+
+    tasks: int = Field(1, ge=1, le=100_000)
+    """Number of tasks in the role's job array."""
+    job: JobResources = JobResources()
+    """Scheduler resources of each task."""
+
+
+__all__ = [
+    "SAFE",
+    "TAG",
+    "JobResources",
+    "RoleConfig",
+    "Section",
+    "default_tag",
+    "models_in",
+    "resolved",
+    "resolved_from",
+    "tag_of",
+    "tag_values",
+]

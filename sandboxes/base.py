@@ -11,7 +11,7 @@ class SandboxError(RuntimeError):
 
 
 class SandboxDied(SandboxError):
-    """The sandbox's agent died (or was killed by the code it ran): replace the sandbox."""
+    """The sandbox's resident died (or was killed by the code it ran): replace the sandbox."""
 
 
 @dataclass
@@ -30,7 +30,7 @@ class ExecResult:
     duration_s: float = 0.0
     cpu_s: float | None = None
     enforced: dict[str, str] = field(default_factory=dict)
-    """How each limit was enforced here: cgroup, rlimit, tmpfs, agent."""
+    """How each limit was enforced here: cgroup, rlimit, tmpfs, resident."""
 
     @property
     def ok(self) -> bool:

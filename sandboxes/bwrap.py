@@ -14,7 +14,7 @@ Isolation (what the tests attack):
 
 Limits: memory, processes and CPU time through the sandbox's cgroups where
 they are writable, rlimits otherwise; wall time, output size and disk
-(tmpfs) by the agent or, for one-shot runs, by this process.
+(tmpfs) by the resident or, for one-shot runs, by this process.
 
 It does not defend against kernel exploits, side channels, or a hostile
 process exhausting what limits do not cover (e.g. inodes in tmpfs beyond its
@@ -33,13 +33,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sandboxes import agent, seccomp
+from sandboxes import resident, seccomp
 from sandboxes.base import ExecResult, SandboxDied, SandboxError
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
 from sandboxes.keys import fresh_keyrings
 
-AGENT_INSIDE = "/run/sarl/agent.py"
+RESIDENT_INSIDE = "/run/sarl/resident.py"
 
 
 def _with_requirements(names: list[str]) -> list[Any]:
@@ -152,7 +152,7 @@ def bwrap_argv(
     slot: Slot,
     runtime: Runtime,
     cg: Cgroups | None,
-    with_agent: bool,
+    with_resident: bool,
     host_dirs: dict[str, str] | None = None,
     net_dir: str | None = None,
     seccomp_fd: int | None = None,
@@ -173,10 +173,10 @@ def bwrap_argv(
         "--perms",
         "1777",
         "--tmpfs",
-        agent.WORK,
+        resident.WORK,
     ]
     if host_dirs:
-        scratch = ["--bind", host_dirs["/tmp"], "/tmp", "--bind", host_dirs[agent.WORK], agent.WORK]
+        scratch = ["--bind", host_dirs["/tmp"], "/tmp", "--bind", host_dirs[resident.WORK], resident.WORK]
     argv = [
         _require_bwrap(),
         "--ro-bind",
@@ -215,7 +215,7 @@ def bwrap_argv(
         "/usr/local/bin:/usr/bin:/bin",
         "--setenv",
         "HOME",
-        agent.WORK,
+        resident.WORK,
         "--setenv",
         "LANG",
         "C.UTF-8",
@@ -223,13 +223,13 @@ def bwrap_argv(
         "PYTHONDONTWRITEBYTECODE",
         "1",
         "--chdir",
-        agent.WORK,
+        resident.WORK,
     ]
     argv += ["--perms", "0755", "--dir", "/etc"]  # else made 0700: unreadable, ld.so.cache included
     for etc in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl"):
         if os.path.exists(etc):
             argv += ["--ro-bind", etc, etc]
-    made = {"/", "/usr", "/tmp", agent.WORK}
+    made = {"/", "/usr", "/tmp", resident.WORK}
     for tree in runtime.binds:
         for parent in reversed(Path(tree).parents):  # bubblewrap would make them 0700
             if str(parent) not in made:
@@ -242,7 +242,7 @@ def bwrap_argv(
         argv += ["--ro-bind", src, dst]
     for folder in runtime.hidden:  # after the mounts inside them are made
         argv += ["--remount-ro", folder]
-    if with_agent:  # bubblewrap would create these parents 0700, unreadable to the sandbox's uid
+    if with_resident:  # bubblewrap would create these parents 0700, unreadable to the sandbox's uid
         argv += [
             "--perms",
             "0755",
@@ -255,15 +255,15 @@ def bwrap_argv(
             "--perms",
             "0755",
             "--dir",
-            agent.CG,
+            resident.CG,
         ]
-        argv += ["--ro-bind", str(Path(agent.__file__).resolve()), AGENT_INSIDE]
+        argv += ["--ro-bind", str(Path(resident.__file__).resolve()), RESIDENT_INSIDE]
         for name in ("netrelay.py", "keys.py"):
-            argv += ["--ro-bind", str(Path(agent.__file__).with_name(name).resolve()), f"/run/sarl/{name}"]
+            argv += ["--ro-bind", str(Path(resident.__file__).with_name(name).resolve()), f"/run/sarl/{name}"]
         if net_dir:
-            argv += ["--bind", net_dir, agent.NET]
+            argv += ["--bind", net_dir, resident.NET]
         for name, path in (cg.counter_files() if cg else {}).items():
-            argv += ["--ro-bind", path, f"{agent.CG}/{name}"]
+            argv += ["--ro-bind", path, f"{resident.CG}/{name}"]
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if not setpriv:
@@ -297,7 +297,7 @@ def seccomp_pipe() -> int | None:
 
 
 def _rlimits(limits: Limits, cg: Cgroups | None) -> dict[str, int]:
-    """Per-process limits for the agent's children; they stand in for cgroups where those are missing."""
+    """Per-process limits for the resident's children; they stand in for cgroups where those are missing."""
     out = {
         "wall_s": limits.wall_s,
         "cpu_s": limits.cpu_s,
@@ -314,7 +314,7 @@ SYSCALLS = "seccomp: no AF_VSOCK, no user namespaces" if seccomp.program() else 
 
 
 def _enforced(cg: Cgroups | None) -> dict[str, str]:
-    base = {"wall_time": "agent", "output": "agent", "disk": "tmpfs", "syscalls": SYSCALLS}
+    base = {"wall_time": "resident", "output": "resident", "disk": "tmpfs", "syscalls": SYSCALLS}
     if cg is None:
         return base | {
             "memory": "rlimit (per process)",
@@ -372,12 +372,12 @@ class BwrapSandbox:
 
                 net_dir = str(SLOT_DIR / f"{self.slot.name}-net")
                 self.relays = HostRelays(self.cfg.network, net_dir)
-            agent_python = self.runtime.python if self.runtime.name != "node" else "/usr/bin/python3"
+            resident_python = self.runtime.python if self.runtime.name != "node" else "/usr/bin/python3"
             filt = seccomp_pipe()
             argv = bwrap_argv(
-                self.cfg.limits, self.slot, self.runtime, self.cg, with_agent=True, net_dir=net_dir, seccomp_fd=filt
+                self.cfg.limits, self.slot, self.runtime, self.cg, with_resident=True, net_dir=net_dir, seccomp_fd=filt
             )
-            argv += [agent_python, "-I", "-B", AGENT_INSIDE]
+            argv += [resident_python, "-I", "-B", RESIDENT_INSIDE]
             try:
                 self.proc = subprocess.Popen(
                     argv,
@@ -393,7 +393,7 @@ class BwrapSandbox:
                     os.close(filt)
             hello, _ = self._recv()
             if not hello.get("ready"):
-                raise SandboxError(f"sandbox agent did not start: {hello}")
+                raise SandboxError(f"sandbox resident did not start: {hello}")
         except BaseException:
             self.close()
             raise
@@ -404,16 +404,16 @@ class BwrapSandbox:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         if not ready:  # stopped or hung: it cannot be trusted any more
             self.close()
-            raise SandboxDied(f"sandbox agent did not answer within {timeout:.0f} s")
+            raise SandboxDied(f"sandbox resident did not answer within {timeout:.0f} s")
         fd = self.proc.stdout.fileno()
-        head = _read_exact(fd, agent.HEADER.size)
+        head = _read_exact(fd, resident.HEADER.size)
         if head is None:
             err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.stderr else ""
-            raise SandboxDied(f"sandbox agent died{': ' + err if err else ''}")
-        hlen, plen = agent.HEADER.unpack(head)
+            raise SandboxDied(f"sandbox resident died{': ' + err if err else ''}")
+        hlen, plen = resident.HEADER.unpack(head)
         body = _read_exact(fd, hlen + plen)
         if body is None:
-            raise SandboxDied("sandbox agent died mid-reply")
+            raise SandboxDied("sandbox resident died mid-reply")
         header = json.loads(body[:hlen])
         payload = body[hlen:]
         return header, payload
@@ -421,18 +421,18 @@ class BwrapSandbox:
     def _call(self, header: dict[str, Any], payload: bytes = b"", stream: bytes = b"") -> tuple[dict[str, Any], bytes]:
         if self.proc is None or self.proc.poll() is not None:
             raise SandboxDied("sandbox is closed or dead")
-        if self._greeting:  # a restarted agent greets first
+        if self._greeting:  # a restarted resident greets first
             self._greeting = False
             hello, _ = self._recv()
             if not hello.get("ready"):
-                raise SandboxDied(f"sandbox agent did not start again: {hello}")
+                raise SandboxDied(f"sandbox resident did not start again: {hello}")
         assert self.proc.stdin is not None
         data = json.dumps(header).encode()
         try:
-            self.proc.stdin.write(agent.HEADER.pack(len(data), len(payload)) + data + payload + stream)
+            self.proc.stdin.write(resident.HEADER.pack(len(data), len(payload)) + data + payload + stream)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise SandboxDied("sandbox agent is gone") from None
+            raise SandboxDied("sandbox resident is gone") from None
         wall = float(header.get("limits", {}).get("wall_s", 0.0))
         reply, out = self._recv(timeout=wall + 2.0)
         if not reply.get("ok"):
@@ -472,7 +472,7 @@ class BwrapSandbox:
         stdin: bytes = b"",
         limits: Limits | None = None,
         env: dict[str, str] | None = None,
-        cwd: str = agent.WORK,
+        cwd: str = resident.WORK,
     ) -> ExecResult:
         """Run a command; its leftovers are killed when it ends."""
         reply, data = self._call(
@@ -496,7 +496,7 @@ class BwrapSandbox:
         `files` (path: content) are written first, and `reset_after` resets the
         sandbox after the run: setup, run and cleanup in one round trip.
         `globals` (JSON values) are the snippet's initial globals; `cache`
-        keeps the compiled code in the agent for the next run of the same code."""
+        keeps the compiled code in the resident for the next run of the same code."""
         header: dict[str, Any] = {"op": "snippet", "limits": self._limits(limits)}
         if stream:
             header["stream"] = len(stream)
@@ -520,7 +520,7 @@ class BwrapSandbox:
 
     def reset(self) -> None:
         """Forget the previous episode: every process killed, /sandbox and /tmp
-        emptied, the slot uid's keyrings emptied, and the agent started over
+        emptied, the slot uid's keyrings emptied, and the resident started over
         as a fresh interpreter (its greeting is read before the next call)."""
         self._call({"op": "reset"})
         self._greeting = True

@@ -144,7 +144,7 @@ class Cgroups:
         return sorted({str(d / "cgroup.procs") for d in self.dirs.values()})
 
     def counter_files(self) -> dict[str, str]:
-        """Files the agent reads to tell which limit fired (bound read-only into the sandbox)."""
+        """Files the resident reads to tell which limit fired (bound read-only into the sandbox)."""
         names = {
             "v1": [
                 ("pids", "pids.events"),

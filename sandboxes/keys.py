@@ -9,8 +9,8 @@ fork and exec. So, before a sandbox starts (in its `preexec_fn`, as root):
   * the slot uid's user and user-session keyrings are cleared (a key that
     an earlier episode left there would otherwise reach the next one).
 
-The agent clears the slot uid's keyrings again on every reset. Standard
-library only (this file is also imported by the agent inside the sandbox).
+The resident clears the slot uid's keyrings again on every reset. Standard
+library only (this file is also imported by the resident inside the sandbox).
 """
 
 from __future__ import annotations

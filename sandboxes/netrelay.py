@@ -3,12 +3,12 @@
 A sandbox has its own network namespace with only loopback: nothing outside
 is reachable. For each allowed `host:port`, the host listens on a Unix
 socket (bind-mounted into the sandbox) and relays each connection to
-`host:port`; inside, the agent listens on `127.0.0.1:port` and relays to that
+`host:port`; inside, the resident listens on `127.0.0.1:port` and relays to that
 Unix socket. Code in the sandbox reaches exactly the allowed ports, at
 127.0.0.1, and nothing else: no routes, no DNS.
 
 `pump` and `serve_relay` are shared by both sides (this file is stdlib-only
-and is also run inside the sandbox by the agent).
+and is also run inside the sandbox by the resident).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One-shot runs: one command in a fresh bubblewrap sandbox, cold (no agent).
+"""One-shot runs: one command in a fresh bubblewrap sandbox, cold (no resident).
 
 Every process of the sandbox dies with the command: bubblewrap's init exits
 and the kernel kills the rest of the pid namespace. Limits are watched from
@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandboxes import agent
+from sandboxes import resident
 from sandboxes.base import ExecResult, SandboxError
 from sandboxes.bwrap import Runtime, _enforced, _rlimits, bwrap_argv, prepare_child, seccomp_pipe
 from sandboxes.cgroups import Cgroups, Slot
@@ -27,7 +27,7 @@ from sandboxes.config import Limits, SandboxConfig
 def run_once(
     argv: list[str], cfg: SandboxConfig | None = None, stdin: bytes = b"", files: dict[str, bytes] | None = None
 ) -> ExecResult:
-    """Run one command in a fresh sandbox, cold (no agent). Every process of the
+    """Run one command in a fresh sandbox, cold (no resident). Every process of the
     sandbox dies with the command: bubblewrap's init exits and the kernel kills
     the rest of the pid namespace. `files` are written into /sandbox first."""
     cfg = cfg or SandboxConfig()
@@ -42,12 +42,12 @@ def run_once(
     try:
         filt = seccomp_pipe()
         full = bwrap_argv(
-            limits, slot, runtime, cg, with_agent=False, host_dirs=scratch.dirs if scratch else None, seccomp_fd=filt
+            limits, slot, runtime, cg, with_resident=False, host_dirs=scratch.dirs if scratch else None, seccomp_fd=filt
         )
         if files:
             for name, data in files.items():
                 if scratch:
-                    target = Path(scratch.dirs[agent.WORK]) / name
+                    target = Path(scratch.dirs[resident.WORK]) / name
                     target.write_bytes(data)
                     os.chown(target, slot.uid, slot.uid)
             if not scratch:  # bubblewrap copies them in from pipes
@@ -67,7 +67,7 @@ class _HostScratch:
 
     def __init__(self, base: Path):
         self.base = base
-        self.dirs = {agent.WORK: str(base / "work"), "/tmp": str(base / "tmp")}
+        self.dirs = {resident.WORK: str(base / "work"), "/tmp": str(base / "tmp")}
 
     @classmethod
     def create(cls, slot: Slot, limits: Limits) -> _HostScratch | None:
@@ -137,7 +137,7 @@ def _run_with_files(
                 os.write(w, data)
             os._exit(0)
         os.close(w)
-        extra += ["--perms", "0644", "--file", str(r), f"{agent.WORK}/{name}"]
+        extra += ["--perms", "0644", "--file", str(r), f"{resident.WORK}/{name}"]
     idx = full.index("--chdir")
     return _run(full[:idx] + extra + full[idx:] + argv, stdin, rl, slot, cg, pass_fds, scratch)
 
@@ -153,7 +153,7 @@ def _run(
 ) -> ExecResult:
     def preexec() -> None:
         prepare_child(slot, cg)
-        agent.apply_rlimits(rl)
+        resident.apply_rlimits(rl)
 
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -166,11 +166,11 @@ def _run(
     )
     for fd in pass_fds:
         os.close(fd)
-    watch = _HostWatch(cg, rl, proc.pid, scratch) if cg is not None else agent.Watch("/nonexistent", rl)
+    watch = _HostWatch(cg, rl, proc.pid, scratch) if cg is not None else resident.Watch("/nonexistent", rl)
     assert proc.stdin and proc.stdout and proc.stderr
     stdin_fd = os.dup(proc.stdin.fileno())
     proc.stdin.close()
-    status, out, err, trunc, limit = agent.collect(
+    status, out, err, trunc, limit = resident.collect(
         proc.pid, [proc.stdout.fileno(), proc.stderr.fileno()], rl, watch, (), stdin=stdin, stdin_fd=stdin_fd
     )
     if limit is not None or status is None:
@@ -184,7 +184,7 @@ def _run(
     proc.returncode = 0  # reaped above; keeps Popen from waiting again
     proc.stdout.close()
     proc.stderr.close()
-    code, sig = agent.describe(status)
+    code, sig = resident.describe(status)
     if sig is None and code is not None and code > 128:  # bwrap exits 128+N for a command killed by signal N
         sig = code - 128
     if limit is None and code != 0 and watch.memory_hit():
@@ -205,8 +205,8 @@ def _run(
     )
 
 
-class _HostWatch(agent.Watch):
-    """The agent's Watch, reading the cgroup files where they are on the host."""
+class _HostWatch(resident.Watch):
+    """The resident's Watch, reading the cgroup files where they are on the host."""
 
     def __init__(self, cg: Cgroups, limits: dict[str, Any], outer_pid: int, scratch: _HostScratch | None):
         self.files = cg.counter_files()
@@ -221,7 +221,7 @@ class _HostWatch(agent.Watch):
             return list(self.scratch.dirs.values())
         for pid in self.cgroups.pids():
             if pid != self.outer_pid:
-                return [f"/proc/{pid}/root{agent.WORK}", f"/proc/{pid}/root/tmp"]
+                return [f"/proc/{pid}/root{resident.WORK}", f"/proc/{pid}/root/tmp"]
         return []
 
     def _read(self, name: str) -> str | None:

@@ -217,8 +217,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from rl.engine.config import ModelConfig
-    from rl.model import checkpoint, load_tokenizer
+    from rl.model import ModelConfig, checkpoint, load_tokenizer
 
     base = checkpoint(ModelConfig(dtype="float32"))
     cfg = AutoConfig.from_pretrained(base)

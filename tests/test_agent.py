@@ -15,8 +15,8 @@ from rl.agent.actions import parse_action
 from rl.agent.config import AgentConfig
 from rl.agent.observe import describe, run_action
 from rl.agent.tokens import ObservationTokens
-from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams
-from rl.model import chat_ids, checkpoint, load_tokenizer
+from rl.engine.config import HFEngineConfig, SamplingParams
+from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
 from rl.rollout.episode import run_episode
 from rl.store import Sample, Store
 from rl.tasks.importers import doctest_examples, import_humaneval

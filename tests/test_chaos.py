@@ -13,7 +13,7 @@ import pytest
 from conftest import sarl, write_config
 
 from rl.tasks.format import write_tasks
-from rl.tasks.generate import generate
+from rl.tasks.synthesis import synthesize
 
 
 def _config(tiny_model: Path, tasks_file: Path, steps: int) -> str:
@@ -22,6 +22,7 @@ def _config(tiny_model: Path, tasks_file: Path, steps: int) -> str:
 name = "c"
 root = "runs"
 mode = "async"
+max_staleness = 1
 [model]
 path = "{tiny_model}"
 dtype = "float32"
@@ -39,7 +40,6 @@ group_size = 2
 groups_per_step = 2
 concurrency = 2
 batch_groups = 1
-max_staleness = 1
 [rollout.agent]
 max_turns = 1
 max_tokens = 8
@@ -48,7 +48,6 @@ steps = {steps}
 samples_per_step = 4
 poll_s = 0.2
 threads = 1
-max_staleness = 1
 checkpoint_every = 3
 [learner.job]
 mem_gb = 4
@@ -82,7 +81,7 @@ def test_chaos_refuses_a_run_without_every_role_and_a_negative_count_and_leaves_
     workdir: Path, tiny_model: Path
 ) -> None:
     tasks = workdir / "tasks.jsonl"
-    write_tasks(tasks, generate("arithmetic", 4, seed=3))
+    write_tasks(tasks, synthesize("arithmetic", 4, seed=3))
     body = _config(tiny_model, tasks, steps=2)
     no_learner = body[: body.index("[learner]")]
     cfg = write_config(workdir, no_learner, "partial.toml")
@@ -99,7 +98,7 @@ def test_chaos_injects_every_kind_of_fault_and_nothing_is_lost_or_done_twice(
     workdir: Path, tiny_model: Path, slurm: None
 ) -> None:
     tasks = workdir / "tasks.jsonl"
-    write_tasks(tasks, generate("arithmetic", 10, seed=3))
+    write_tasks(tasks, synthesize("arithmetic", 10, seed=3))
     cfg = write_config(workdir, _config(tiny_model, tasks, steps=40))
     out = sarl("chaos", str(cfg), "--injections", "6", "--seed", "1", "--gap", "1", "3", "--dir", "w", "--json",
                cwd=workdir, check=False, timeout=2400)  # fmt: skip

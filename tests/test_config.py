@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import sarl, smoke_config, task_state, wait_for, write_config
 
+from rl.config import ROLES, Config, ConfigError, validate_config
+
 
 def _fails(workdir: Path, body: str, *args: str, env: dict[str, str] | None = None, in_file: bool = True) -> str:
     cfg = write_config(workdir, body)
@@ -184,3 +186,91 @@ def test_existing_run_accepts_safe_change_and_records_it(workdir: Path) -> None:
     assert "time_min = 30" in (workdir / "runs/t/run.toml").read_text()
     history = [json.loads(x) for x in (workdir / "runs/t/config-history.jsonl").read_text().splitlines()]
     assert history[-1]["changed"] == ["smoke.job.time_min"]
+
+
+# ------------------------------------------------------------------ registry
+
+
+def test_every_role_field_of_the_config_is_registered_with_its_class() -> None:
+    from rl.run.executors import role_class
+    from rl.run.role import Role
+    from rl.schema import RoleConfig
+
+    sections = {
+        n
+        for n, f in Config.model_fields.items()
+        if any(RoleConfig in getattr(a, "__mro__", ()) for a in getattr(f.annotation, "__args__", ()))
+    }
+    assert sections == set(ROLES) == {"smoke", "validation", "generator", "rollout", "learner", "eval"}
+    for name, spec in ROLES.items():
+        cls = role_class(name)
+        assert issubclass(cls, Role) and cls.name == name, spec
+        assert issubclass(spec.config, RoleConfig)
+
+
+def test_a_config_without_a_role_is_valid_but_cannot_be_submitted(workdir: Path) -> None:
+    cfg = validate_config({"run": {"name": "x"}}, "f.toml", cluster="local")
+    assert cfg.roles() == {}
+    path = write_config(workdir, '[run]\nname = "x"\n[verify]\nweights = {tests = 1.0}\n')
+    shown = sarl("config", "show", str(path), "--cluster", "local", cwd=workdir)
+    assert "[verify" in shown.stdout
+    out = sarl("submit", str(path), "--cluster", "local", cwd=workdir, check=False)
+    assert out.returncode == 2 and "no role is configured" in out.stderr
+    assert not (workdir / "runs" / "x").exists()
+
+
+# --------------------------------------------------------------- tagged unions
+
+
+@pytest.mark.parametrize(
+    ("section", "expected"),
+    [
+        ({"generator": {"engine": {"max_model_len": 2048}}}, ("generator", "engine", "vllm")),
+        ({"generator": {"engine": {"type": "hf"}}}, ("generator", "engine", "hf")),
+        ({"sandbox": {"backend": {"image": "x.sif", "type": "apptainer"}}}, ("sandbox", "backend", "apptainer")),
+        ({"sandbox": {"backend": {}}}, ("sandbox", "backend", "bwrap")),
+    ],
+)
+def test_a_section_without_its_tag_takes_the_default_backend(section: dict, expected: tuple[str, str, str]) -> None:
+    cfg = validate_config({"run": {"name": "x"}, **section}, "f.toml", cluster="local")
+    parent, key, tag = expected
+    assert getattr(getattr(cfg, parent), key).type == tag
+
+
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ({"generator": {"engine": {"max_model_len": 8}}}, "f.toml: generator.engine.max_model_len: Input should be"),
+        ({"generator": {"engine": {"type": "hf", "kv_cache_gb": 1}}}, "f.toml: generator.engine.kv_cache_gb: unknown"),
+        ({"sandbox": {"backend": {"type": "apptainer", "imag": "x"}}}, "f.toml: sandbox.backend.imag: unknown key"),
+        ({"generator": {"engine": {"type": "tgi"}}}, "f.toml: generator.engine.type: expected one of 'vllm', 'hf'"),
+        ({"generator": {"engine": {"backend": "vllm"}}}, "f.toml: generator.engine.backend: unknown key"),
+    ],
+)
+def test_errors_name_the_key_the_user_wrote(section: dict, message: str) -> None:
+    with pytest.raises(ConfigError) as e:
+        validate_config({"run": {"name": "x"}, **section}, "f.toml", cluster="local")
+    assert message in str(e.value)
+    assert ".vllm." not in str(e.value) and ".hf." not in str(e.value) and ".apptainer." not in str(e.value)
+
+
+def test_every_tagged_union_uses_the_type_key() -> None:
+    from pydantic import BaseModel
+
+    from rl.schema import TAG, models_in
+
+    seen: set[type[BaseModel]] = set()
+    todo: list[type[BaseModel]] = [Config]
+    unions = 0
+    while todo:
+        m = todo.pop()
+        if m in seen:
+            continue
+        seen.add(m)
+        for name, field in m.model_fields.items():
+            members = models_in(field.annotation)
+            if len(members) > 1:
+                unions += 1
+                assert field.discriminator == TAG, f"{m.__name__}.{name}"
+            todo += members
+    assert unions >= 3  # executor, sandbox.backend, generator.engine

@@ -49,9 +49,9 @@ def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(wor
     run's live generator, with the same seeds. (What the figures are for a
     real model is `sarl bench learn`'s business; here the plumbing.)"""
     from rl.tasks.format import write_tasks
-    from rl.tasks.generate import generate
+    from rl.tasks.synthesis import synthesize
 
-    write_tasks(workdir / "held.jsonl", generate("filtering", 3, seed=2, difficulty=1))
+    write_tasks(workdir / "held.jsonl", synthesize("filtering", 3, seed=2, difficulty=1))
     body = """
 [run]
 name = "e"
@@ -107,9 +107,9 @@ max_model_len = 1024
 )
 def test_bad_eval_section_is_refused_before_submission(workdir: Path, change: str, words: str) -> None:
     from rl.tasks.format import write_tasks
-    from rl.tasks.generate import generate
+    from rl.tasks.synthesis import synthesize
 
-    tasks = generate("parsing", 6, seed=1)
+    tasks = synthesize("parsing", 6, seed=1)
     write_tasks(workdir / "train.jsonl", tasks[:4])
     write_tasks(workdir / "held.jsonl", tasks[3:] if change == "overlap" else tasks[4:])
     held = "nope.jsonl" if change == "missing" else "held.jsonl"
@@ -147,9 +147,9 @@ def test_the_eval_role_evaluates_version_0_and_every_nth_version_once_with_curve
 
     from rl.store.weights import WeightStore
     from rl.tasks.format import write_tasks
-    from rl.tasks.generate import generate
+    from rl.tasks.synthesis import synthesize
 
-    write_tasks(workdir / "held.jsonl", generate("arithmetic", 2, seed=4, difficulty=1))
+    write_tasks(workdir / "held.jsonl", synthesize("arithmetic", 2, seed=4, difficulty=1))
     body = f"""
 [run]
 name = "e"

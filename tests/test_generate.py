@@ -20,11 +20,11 @@ import pytest
 from conftest import sarl, task_state, wait_for, write_config
 
 from rl.engine import BadRequest
-from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams
+from rl.engine.config import HFEngineConfig, SamplingParams
 from rl.generator.client import GeneratorClient, NoGenerator
 from rl.generator.endpoint import read_endpoints, run_secret
 from rl.generator.service import GeneratorServer
-from rl.model import chat_ids, checkpoint, load_tokenizer
+from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
 from rl.store.weights import WeightStore
 
 pytestmark = [pytest.mark.slow]

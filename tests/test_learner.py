@@ -19,6 +19,7 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -388,13 +389,29 @@ def test_a_step_that_is_not_finite_is_not_applied_and_its_batch_is_quarantined(w
         sarl("cancel", str(run), cwd=folder, check=False)
 
 
+class _Feed:
+    """What the learner tells `take_step` while it waits, recorded."""
+
+    def __init__(self, stop: bool = True, exhausted: Any = lambda: False) -> None:
+        self.stop, self.skipped, self._exhausted = stop, [], exhausted
+
+    def should_stop(self) -> bool:
+        return self.stop
+
+    def skip(self, key: tuple[str, int], why: str) -> None:
+        self.skipped.append((key, why))
+
+    def exhausted(self) -> bool:
+        return bool(self._exhausted())
+
+
 def test_a_step_takes_whole_groups_and_drops_stale_ones_counted(tmp_path: Path) -> None:
-    from rl.learner.data import micro_batches, take_step
+    from rl.learner.data import Need, micro_batches, take_step
     from rl.store import Cursor
 
     store = Store(tmp_path)
     w = store.writer("rollout-000000")
-    stop = lambda: True  # noqa: E731
+    feed = _Feed(stop=True)
 
     def group(g: int, version: int, n: int = 2, length: int = 5) -> list[Sample]:
         ids = np.arange(length, dtype=np.int32)
@@ -403,19 +420,13 @@ def test_a_step_takes_whole_groups_and_drops_stale_ones_counted(tmp_path: Path) 
 
     w.write(0, group(0, version=0) + group(1, version=3))
     w.write(1, group(2, version=2, length=9))
-    skipped: list = []
-    skip = lambda key, why: skipped.append((key, why))  # noqa: E731
-    got = take_step(store, Cursor(), 4, None, 4, max_staleness=2, sync=False, poll_s=0.01, should_stop=stop, skip=skip)
+    got = take_step(store, Cursor(), 4, Need(4, max_staleness=2, poll_s=0.01), feed)
     assert got is not None and got.dropped_stale == 2  # group 0 is 4 versions behind: dropped whole
     assert sorted(s.group_id for s in got.samples) == [1, 1, 2, 2] and len(got.keys) == 2
-    sync = take_step(
-        store, Cursor(), 2, None, 3, max_staleness=None, sync=True, poll_s=0.01, should_stop=stop, skip=skip
-    )
+    sync = take_step(store, Cursor(), 3, Need(2, sync=True, poll_s=0.01), feed)
     assert sync is not None and {s.policy_version for s in sync.samples} == {3}  # sync: version 3 alone
     assert sync.dropped_stale == 2 and sync.keys == [("rollout-000000", 0)]
-    more = take_step(
-        store, Cursor(), 4, None, 3, max_staleness=None, sync=True, poll_s=0.01, should_stop=stop, skip=skip
-    )
+    more = take_step(store, Cursor(), 3, Need(4, sync=True, poll_s=0.01), feed)
     assert more is None  # only 2 samples of version 3 exist: a sync step waits for more (here: stops)
     parts = micro_batches(got.samples, 2)
     assert sorted(sum(len(s.tokens) for s in p) for p in parts) == [14, 14]
@@ -423,7 +434,7 @@ def test_a_step_takes_whole_groups_and_drops_stale_ones_counted(tmp_path: Path) 
     # a token budget: padded size (longest x count) at most 18: [9, 9] then [5, 5, 5] (15), never [9, 5, 5]
     packed = micro_batches(got.samples + group(9, version=4), token_budget=18)
     assert [[len(s.tokens) for s in p] for p in packed] == [[9, 9], [5, 5, 5], [5]]
-    by_tokens = take_step(store, Cursor(), 1, 9, 4, 2, sync=False, poll_s=0.01, should_stop=stop, skip=skip)
+    by_tokens = take_step(store, Cursor(), 4, Need(1, tokens=9, max_staleness=2, poll_s=0.01), feed)
     assert by_tokens is not None and len(by_tokens.keys) == 2  # batch 0 trains 8 tokens (< 9): batch 1 too
     # a corrupt chunk: the batch is skipped with its reason, and the next one is trained on
     w.write(2, group(3, version=4))
@@ -435,25 +446,25 @@ def test_a_step_takes_whole_groups_and_drops_stale_ones_counted(tmp_path: Path) 
     cursor = Cursor()
     cursor.add(("rollout-000000", 0))
     cursor.add(("rollout-000000", 1))
-    got = take_step(store, cursor, 2, None, 4, max_staleness=0, sync=False, poll_s=0.01, should_stop=stop, skip=skip)
+    got = take_step(store, cursor, 4, Need(2, max_staleness=0, poll_s=0.01), feed)
     assert got is not None and got.keys == [("rollout-000000", 3)]
-    assert [k for k, _ in skipped] == [("rollout-000000", 2)] and "unreadable batch" in skipped[0][1]
+    assert [k for k, _ in feed.skipped] == [("rollout-000000", 2)] and "unreadable batch" in feed.skipped[0][1]
 
 
 def test_once_no_batch_will_come_what_is_left_makes_a_last_smaller_step(tmp_path: Path) -> None:
     """`exhausted()` is asked before each scan: a batch committed before the
     rollouts said they were done is always seen by the scan after it."""
-    from rl.learner.data import take_step
+    from rl.learner.data import Need, take_step
     from rl.store import Cursor
 
     store = Store(tmp_path)
     w = store.writer("rollout-000000")
+    need = Need(4, poll_s=0.01)
     ids, mask = np.arange(5, dtype=np.int32), np.array([0, 1, 1, 1, 1], dtype=np.uint8)
     for g in range(3):
         w.write(g, [Sample("t", g, 0, ids, mask, np.zeros(5, np.float32), 1.0) for _ in range(2)])
     cursor = Cursor()
-    never, skip = (lambda: False), (lambda key, why: None)
-    first = take_step(store, cursor, 4, None, 0, None, False, 0.01, should_stop=never, skip=skip)
+    first = take_step(store, cursor, 0, need, _Feed(stop=False))
     assert first is not None and len(first.samples) == 4
     for key in first.keys:
         cursor.add(key)
@@ -465,12 +476,11 @@ def test_once_no_batch_will_come_what_is_left_makes_a_last_smaller_step(tmp_path
             w.write(3, [Sample("t", 3, 0, ids, mask, np.zeros(5, np.float32), 1.0) for _ in range(2)])
         return len(calls) >= 2
 
-    last = take_step(store, cursor, 4, None, 0, None, False, 0.01, should_stop=never, skip=skip, exhausted=exhausted)
+    last = take_step(store, cursor, 0, need, _Feed(stop=False, exhausted=exhausted))
     assert last is not None and [k[1] for k in last.keys] == [2, 3] and len(last.samples) == 4
     for key in last.keys:
         cursor.add(key)
-    done = lambda: True  # noqa: E731
-    assert take_step(store, cursor, 4, None, 0, None, False, 0.01, should_stop=never, skip=skip, exhausted=done) is None
+    assert take_step(store, cursor, 0, need, _Feed(stop=False, exhausted=lambda: True)) is None
 
 
 @pytest.mark.slow
@@ -515,6 +525,7 @@ def _learn(workdir: Path, tiny_model: Path, name: str, shuffle: bool, rounds: in
 name = "l"
 root = "runs"
 seed = 3
+max_staleness = 0
 [executor]
 type = "local"
 [model]
@@ -529,7 +540,6 @@ threads = 1
 [learner]
 steps = {rounds}
 samples_per_step = 16
-max_staleness = 0
 poll_s = 0.1
 threads = 1
 [learner.optimizer]
@@ -701,7 +711,7 @@ def test_zero3_on_two_ranks_publishes_every_version_with_the_weights_of_one_rank
     ("extra", "words"),
     [
         ('[learner.loss]\ntype = "ppo2"\n', "learner.loss"),
-        ("max_staleness = -1\n", "learner.max_staleness"),
+        ("max_staleness = -1\n", "learner.max_staleness: moved to run.max_staleness"),
         ("lr_typo = 1\n", "learner.lr_typo: unknown key"),
         ("train_top_layers = 3\n", "learner.train_top_layers = 3: "),
         ("[learner.loss]\nkl_coef = -0.1\n", "learner.loss.kl_coef"),

@@ -73,20 +73,34 @@ max_tokens = 24
     [
         ({"generator": False}, "rollout workers need generators: add a [generator] section"),
         ({"extra": "[rollout.x]\n"}, "rollout.x: unknown key"),
-        ({"extra": "max_staleness = -1\n", "where": "rollout"}, "rollout.max_staleness"),
+        ({"extra": "max_staleness = -1\n", "where": "run"}, "run.max_staleness"),
+        ({"extra": "max_staleness = 2\n", "where": "rollout"}, "rollout.max_staleness: moved to run.max_staleness"),
         ({"bad_tasks": True}, "rollout.tasks_file"),
-        ({"extra": "max_staleness = 2\n", "where": "rollout"}, "rollout.max_staleness needs rollout.groups_per_step"),
+        ({"extra": "max_staleness = 2\n", "where": "run"}, "run.max_staleness needs rollout.groups_per_step"),
         ({"extra": "groups_per_step = 7\n", "where": "rollout"}, "groups_per_step = 7 is more than the 6 groups"),
         ({"mode": "sync"}, "rollout.groups_per_step: run.mode = 'sync' plays one round"),
+        ({"mode": "sync", "extra": "max_staleness = 1\n", "where": "run"}, "run.max_staleness = 1: run.mode = 'sync'"),
         (
-            {"mode": "sync", "extra": "groups_per_step = 2\nmax_staleness = 1\n", "where": "rollout"},
-            "rollout.max_staleness = 1: run.mode = 'sync'",
+            {"mode": "sync", "extra": "groups_per_step = 2\n[learner]\nsamples_per_step = 6\n", "where": "rollout"},
+            "learner.samples_per_step = 6 must equal rollout.groups_per_step x rollout.group_size = 2 x 2 = 4",
+        ),
+        (
+            {
+                "mode": "sync",
+                "extra": "groups_per_step = 2\n[learner]\nsamples_per_step = 4\ntokens_per_step = 64\n",
+                "where": "rollout",
+            },
+            "learner.tokens_per_step = 64: run.mode = 'sync'",
         ),
         ({"extra": "file_weights = [1.0, 2.0]\n", "where": "rollout"}, "file_weights: 2 weights for 1 task files"),
         ({"second_file": True}, "is in both"),
         ({"extra": "[learner]\nsamples_per_step = 2\nmicro_batches = 4\n"}, "micro_batches = 4 is more than"),
         (
-            {"mode": "sync", "extra": "groups_per_step = 2\n[learner]\npublish_every = 2\n", "where": "rollout"},
+            {
+                "mode": "sync",
+                "extra": "groups_per_step = 2\n[learner]\nsamples_per_step = 4\npublish_every = 2\n",
+                "where": "rollout",
+            },
             "learner.publish_every = 2: run.mode = 'sync'",
         ),
     ],
@@ -105,6 +119,8 @@ def test_bad_rollout_input_is_refused_before_submission(
         body = body.replace(f'tasks_file = "{tasks_file}"', f'tasks_file = ["{tasks_file}", "more.jsonl"]')
     if change.get("where") == "rollout":
         body = body.replace("concurrency = 4\n", "concurrency = 4\n" + extra)
+    elif change.get("where") == "run":
+        body = body.replace('name = "r"\n', 'name = "r"\n' + extra)
     else:
         body += extra
     out = sarl("submit", str(write_config(workdir, body)), cwd=workdir, check=False)
@@ -377,6 +393,7 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     from rl.engine import make_engine
     from rl.generator.inprocess import serving
     from rl.rollout.worker import Worker
+    from rl.run.role import context_of
 
     def worker(name: str, wait_s: float, deadline_s: float) -> tuple[Worker, Any, dict]:
         raw = {
@@ -397,8 +414,8 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
         }
         cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
         (cfg.run_dir / "endpoints").mkdir(parents=True)
-        state: dict[str, Any] = {}
-        return Worker(cfg.run_dir, cfg, cfg.rollout, 0, state, save=lambda **kw: state.update(kw)), cfg, state
+        ctx = context_of(cfg, cfg.run_dir)
+        return Worker(ctx, cfg.rollout), cfg, ctx.state
 
     # no generator at all: each of the 2 attempts waits 1 s, then the group is abandoned, saying why
     none, _, state = worker("none", 1.0, 600.0)
@@ -435,6 +452,7 @@ def _recording_worker(tmp_path: Path, tasks_file: Path, batch_groups: int) -> tu
     """A real Worker whose batch writer is replaced by a recorder of the groups in each batch."""
     from rl.config import validate_config
     from rl.rollout.worker import Worker
+    from rl.run.role import context_of
 
     raw = {
         "run": {"name": "b", "root": str(tmp_path)},
@@ -443,7 +461,7 @@ def _recording_worker(tmp_path: Path, tasks_file: Path, batch_groups: int) -> tu
         "rollout": {"tasks_file": str(tasks_file), "groups": 8, "group_size": 2, "batch_groups": batch_groups},
     }
     cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
-    worker = Worker(cfg.run_dir, cfg, cfg.rollout, 0, {}, save=lambda **kw: None)
+    worker = Worker(context_of(cfg, cfg.run_dir), cfg.rollout)
     written: list[list[Any]] = []
     worker._write_batch = lambda results: written.append(list(results))
     return worker, written

@@ -14,7 +14,7 @@ from conftest import sarl, task_state, wait_for, write_config
 
 from rl.store import Store
 from rl.tasks.format import write_tasks
-from rl.tasks.generate import generate
+from rl.tasks.synthesis import synthesize
 
 
 def _config(tiny_model: Path, tasks_file: Path, mode: str) -> str:
@@ -24,7 +24,7 @@ def _config(tiny_model: Path, tasks_file: Path, mode: str) -> str:
 name = "w"
 root = "runs"
 mode = "{mode}"
-[model]
+{stale}[model]
 path = "{tiny_model}"
 dtype = "float32"
 [generator]
@@ -40,7 +40,7 @@ group_size = 2
 groups_per_step = 2
 concurrency = 2
 batch_groups = 1
-{stale}[rollout.agent]
+[rollout.agent]
 max_turns = 1
 max_tokens = 8
 [learner]
@@ -48,7 +48,7 @@ steps = 4
 samples_per_step = 4
 poll_s = 0.2
 threads = 1
-{stale}[learner.job]
+[learner.job]
 mem_gb = 4
 """
 
@@ -56,7 +56,7 @@ mem_gb = 4
 def _run_and_check(workdir: Path, tiny_model: Path, mode: str) -> None:
     folder = workdir / mode
     folder.mkdir()
-    write_tasks(folder / "tasks.jsonl", generate("arithmetic", 6, seed=2))
+    write_tasks(folder / "tasks.jsonl", synthesize("arithmetic", 6, seed=2))
     cfg = write_config(folder, _config(tiny_model, folder / "tasks.jsonl", mode))
     out = sarl("submit", str(cfg), "--cluster", "slurm", cwd=folder)
     submitted = {ln.split()[1] for ln in out.stdout.splitlines() if ln.startswith("Submitted")}
@@ -125,7 +125,7 @@ def test_a_learner_with_fewer_rollouts_than_its_steps_need_trains_what_came_and_
     forever. Every batch is consumed once, and the generator ends with it."""
     folder = workdir / "short"
     folder.mkdir()
-    write_tasks(folder / "tasks.jsonl", generate("arithmetic", 6, seed=2))
+    write_tasks(folder / "tasks.jsonl", synthesize("arithmetic", 6, seed=2))
     body = _config(tiny_model, folder / "tasks.jsonl", "async").replace("groups = 8", "groups = 3")
     cfg = write_config(folder, body + '[executor]\ntype = "local"\n')
     sarl("submit", str(cfg), cwd=folder)

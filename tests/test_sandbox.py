@@ -196,8 +196,8 @@ def test_code_cannot_reach_the_agents_result_channel(sb: BwrapSandbox) -> None:
         sb,
         """
         import os
-        agent = os.getppid()
-        for what in (f"/proc/{agent}/fd/1", f"/proc/{agent}/mem", f"/proc/{agent}/environ"):
+        resident = os.getppid()
+        for what in (f"/proc/{resident}/fd/1", f"/proc/{resident}/mem", f"/proc/{resident}/environ"):
             try:
                 open(what, "rb" if "mem" in what else "w"); print("OPENED", what)
             except OSError as e:
@@ -236,7 +236,7 @@ def test_fork_bomb_is_contained(sb: BwrapSandbox) -> None:
     r = sb.run_snippet("import os\nwhile True:\n    os.fork()")
     assert r.limit == "processes" and r.exit_code is None
     assert sb.run_snippet("print('alive')").stdout == b"alive\n"  # the sandbox goes on
-    assert len(_uid_processes(sb.slot.uid)) <= 2  # bwrap's init and the agent
+    assert len(_uid_processes(sb.slot.uid)) <= 2  # bwrap's init and the resident
 
 
 def test_memory_bomb_is_contained(sb: BwrapSandbox) -> None:
@@ -294,7 +294,7 @@ def test_results_say_how_each_limit_was_enforced(sb: BwrapSandbox) -> None:
     lines = Path("/proc/self/cgroup").read_text().splitlines()
     own = next(line.split(":", 2)[2] for line in lines if ":memory:" in line)
     assert r.enforced["memory"] == r.enforced["processes"] == f"cgroup v1 {own}"
-    assert r.enforced["wall_time"] == "agent" and r.enforced["disk"] == "tmpfs"
+    assert r.enforced["wall_time"] == "resident" and r.enforced["disk"] == "tmpfs"
 
 
 def test_host_is_unaffected_while_a_sandbox_misbehaves(sb: BwrapSandbox) -> None:
@@ -319,7 +319,7 @@ def test_reset_keeps_nothing_of_the_previous_episode(sb: BwrapSandbox) -> None:
         print(sum(1 for p in os.listdir("/proc") if p.isdigit()))
     """,
     )
-    assert out.split("\n")[0] == "[] []" and int(out.split("\n")[1]) <= 3  # init, agent, this snippet
+    assert out.split("\n")[0] == "[] []" and int(out.split("\n")[1]) <= 3  # init, resident, this snippet
 
 
 def test_close_leaves_no_process_behind() -> None:
@@ -352,7 +352,7 @@ def test_crashed_worker_leaves_nothing_once_its_successor_starts(tmp_path: Path)
         deadline = time.time() + 5
         while time.time() < deadline and len(_uid_processes(uid)) > 2:
             time.sleep(0.05)
-        assert len(_uid_processes(uid)) <= 2  # only the successor's init and agent
+        assert len(_uid_processes(uid)) <= 2  # only the successor's init and resident
 
 
 def test_a_snippet_that_kills_the_executor_is_detected(sb: BwrapSandbox) -> None:

@@ -1,7 +1,7 @@
 """What a sandbox must not reach on a shared node: the worker's keys, another
 user's files, memory beyond the job's allocation, the hypervisor, new user
 namespaces, unbounded relay threads, and what an earlier episode left in the
-agent's memory."""
+resident's memory."""
 
 from __future__ import annotations
 

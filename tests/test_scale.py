@@ -14,7 +14,7 @@ from conftest import sarl, task_state, wait_for, write_config
 
 from rl.store import Store
 from rl.tasks.format import write_tasks
-from rl.tasks.generate import generate
+from rl.tasks.synthesis import synthesize
 
 
 def _config(tiny_model: Path, tasks_file: Path, groups: int) -> str:
@@ -47,7 +47,7 @@ max_tokens = 8
 
 @pytest.mark.slow
 def test_scaling_rollout_workers_mid_run_loses_and_doubles_no_episode(workdir: Path, tiny_model: Path) -> None:
-    write_tasks(workdir / "tasks.jsonl", generate("arithmetic", 6, seed=3))
+    write_tasks(workdir / "tasks.jsonl", synthesize("arithmetic", 6, seed=3))
     groups = 32
     sarl("submit", str(write_config(workdir, _config(tiny_model, workdir / "tasks.jsonl", groups))), cwd=workdir)
     run = workdir / "runs" / "s"

@@ -343,16 +343,6 @@ def test_retention_keeps_newest_pinned_and_referenced(tmp_path: Path) -> None:
     assert torch.equal(ws.load(6)[1]["layer0.weight"], published[6])
 
 
-def test_run_state_snapshots(tmp_path: Path) -> None:
-    store = Store(tmp_path)
-    assert store.get_state("task_pool") is None
-    for i in range(5):
-        store.put_state("task_pool", {"attempts": np.arange(4) + i, "passes": np.zeros(4)}, {"tasks": ["a"] * 4})
-    arrays, attrs = store.get_state("task_pool")  # type: ignore[misc]
-    assert np.array_equal(arrays["attempts"], np.arange(4) + 4) and attrs["tasks"] == ["a"] * 4
-    assert len(os.listdir(tmp_path / "state" / "task_pool")) == 3  # keeps the last 3
-
-
 # ------------------------------------------------------------------ commands
 
 
@@ -521,11 +511,6 @@ def test_garbage_metadata_names_its_file(tmp_path: Path) -> None:
     (group / "zarr.json").write_text("not json")
     with pytest.raises(CorruptData, match=r"0000000000/zarr.json"):
         store.reader().read(("w0", 0))
-    store.put_state("pool", {"a": np.arange(3)})
-    store.put_state("pool", {"a": np.arange(4)})
-    (store.path / "state" / "pool" / "0000000001" / "_COMMIT.json").write_text("")
-    arrays, _ = store.get_state("pool")  # the newest sound snapshot
-    assert list(arrays["a"]) == [0, 1, 2] and "0000000001" in store.damaged[0].path
 
 
 def test_an_unreadable_manifest_or_pin_is_named_and_loses_nothing(tmp_path: Path) -> None:

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 from conftest import sarl
 
-from rl.store import Store
+from rl.tasks.dedup import duplicates
 from rl.tasks.format import Task, TaskError, read_tasks, write_tasks
 from rl.tasks.importers import import_humaneval
-from rl.tasks.pool import TaskPool, keep_group
-from rl.tasks.validation import duplicates, validate
+from rl.validation.report import validate
 from rl.verify.checks import aggregate, static_score
 from rl.verify.config import VerifyConfig
 from rl.verify.verifier import Verifier
@@ -213,23 +211,6 @@ def test_exact_duplicates_are_found_after_normalisation() -> None:
     b = a.model_copy(update={"task_id": "copy", "prompt": a.prompt.replace('"""', "'''") + "# a comment\n"})
     assert duplicates([a, b]) == {"copy": f"duplicate of {a.task_id}"}
     assert duplicates(HUMANEVAL) == {}
-
-
-def test_task_pool_keeps_statistics_in_the_store_and_grades_difficulty(tmp_path: Path) -> None:
-    ids = ["a", "b", "c"]
-    pool = TaskPool(Store(tmp_path), ids)
-    pool.record("a", [True] * 9)
-    pool.record("b", [False] * 10)
-    pool.record("c", [True, False])
-    pool.save()
-    again = TaskPool(Store(tmp_path), ids)
-    assert np.array_equal(again.attempts, [9, 10, 2]) and np.array_equal(again.passes, [9, 0, 1])
-    assert [again.difficulty(t) for t in ids] == ["easy", "hard", "medium"]
-
-
-def test_dynamic_sampling_drops_groups_without_signal() -> None:
-    assert not keep_group([1.0, 1.0, 1.0]) and not keep_group([0.0, 0.0]) and not keep_group([1.0])
-    assert keep_group([0.0, 1.0, 1.0])
 
 
 # ---------------------------------------------------------------- files and CLI

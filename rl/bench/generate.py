@@ -73,9 +73,9 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     from tqdm import tqdm
 
     from rl.engine import make_engine
-    from rl.engine.config import HFEngineConfig, ModelConfig, SamplingParams, VLLMEngineConfig
+    from rl.engine.config import HFEngineConfig, SamplingParams, VLLMEngineConfig
     from rl.engine.vllm import VLLMEngine
-    from rl.model import chat_ids, checkpoint, load_tokenizer
+    from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
     from rl.store.weights import WeightStore
 
     reps = 1 if args.quick else 3

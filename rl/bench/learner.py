@@ -35,8 +35,7 @@ PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
 def _samples(n: int, max_len: int) -> list[Any]:
     import numpy as np
 
-    from rl.engine.config import ModelConfig
-    from rl.model import chat_ids, checkpoint, load_tokenizer
+    from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
     from rl.store import Sample
     from rl.tasks.importers import import_humaneval
 
@@ -69,9 +68,8 @@ def _peak_gb() -> float:
 
 
 def _side_learner(samples: list[Any], micro: int, steps: int, dtype: str) -> list[float]:
-    from rl.engine.config import ModelConfig
     from rl.learner.trainer import Trainer
-    from rl.model import checkpoint
+    from rl.model import ModelConfig, checkpoint
 
     trainer = Trainer(str(checkpoint(ModelConfig(dtype="float32"))), _role(len(samples), micro, dtype))
     times = []
@@ -90,11 +88,10 @@ def _side_torch(samples: list[Any], micro: int, steps: int, dtype: str) -> list[
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rl.engine.config import ModelConfig
     from rl.learner.correction import correct
     from rl.learner.data import micro_batches
     from rl.learner.losses import LossInputs
-    from rl.model import checkpoint
+    from rl.model import ModelConfig, checkpoint
 
     lc = _role(len(samples), micro, dtype)
     dev = "cuda" if torch.cuda.is_available() else "cpu"
@@ -148,8 +145,7 @@ def _child(side: str, n: int, max_len: int, micro: int, steps: int, dtype: str) 
     import torch
     from transformers import AutoConfig
 
-    from rl.engine.config import ModelConfig
-    from rl.model import checkpoint
+    from rl.model import ModelConfig, checkpoint
 
     c = AutoConfig.from_pretrained(str(checkpoint(ModelConfig(dtype="float32"))))
     # parameters a token's forward and backward multiply by (tied embeddings: counted once)

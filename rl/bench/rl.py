@@ -82,7 +82,7 @@ def _config(
 name = "{mode}"
 root = "runs"
 mode = "{mode}"
-seed = 1
+{stale}seed = 1
 [model]
 path = {json.dumps(model)}
 dtype = "float32"
@@ -100,7 +100,7 @@ groups_per_step = {p.groups_per_step}
 group_size = {p.group_size}
 concurrency = {2 * p.samples_per_step}
 batch_groups = 1
-{stale}[rollout.agent]
+[rollout.agent]
 max_turns = 1
 max_tokens = {p.max_tokens}
 [rollout.job]
@@ -111,7 +111,7 @@ samples_per_step = {p.samples_per_step}
 poll_s = 0.2
 checkpoint_every = {p.steps}
 keep_checkpoints = 1
-{top}{stale}[learner.optimizer]
+{top}[learner.optimizer]
 lr = 1e-6
 [learner.job]
 cpu_list = {lrn}
@@ -178,7 +178,7 @@ def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     from tqdm import tqdm
 
     from rl.tasks.format import write_tasks
-    from rl.tasks.generate import generate
+    from rl.tasks.synthesis import synthesize
 
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
@@ -191,7 +191,7 @@ def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     work = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="sarl-bench-rl-"))
     work.mkdir(parents=True, exist_ok=True)
     tasks = work / "tasks.jsonl"
-    write_tasks(tasks, generate("all", 60, seed=1))
+    write_tasks(tasks, synthesize("all", 60, seed=1))
     sarl = str(Path(sys.executable).with_name("sarl"))
     r: dict[str, Any] = {"quick": bool(args.quick), "model": args.model or "smollm2-135m-instruct", **asdict(p)}
     r.update(generator_cores=gen, learner_cores=lrn, samples_per_step=p.samples_per_step)

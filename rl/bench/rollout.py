@@ -51,11 +51,11 @@ def _measure(engine: Any, cfg: Any, c: int) -> dict[str, Any]:
     """One worker at concurrency `c` against a generator service on `engine`."""
     from rl.generator.inprocess import serving
     from rl.rollout.worker import Worker
+    from rl.run.role import context_of
 
     run_dir = cfg.run_dir
     (run_dir / "endpoints").mkdir(parents=True)
-    state: dict[str, Any] = {}
-    worker = Worker(run_dir, cfg, cfg.rollout, 0, state, save=lambda **kw: state.update(kw))
+    worker = Worker(context_of(cfg, run_dir), cfg.rollout)
     with serving(engine, run_dir) as server:
         busy0 = server.health()["generate_s"]
         worker.run()

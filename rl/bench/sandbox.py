@@ -2,7 +2,7 @@
 
 * cold start: a fresh sandbox running `python3 -c pass` (one-shot, with its
   cgroups, host tmpfs and limits) vs the same command run plainly;
-* resident executor: a snippet run in a forked child of the sandbox's agent,
+* resident executor: a snippet run in a forked child of the sandbox's resident process,
   round trip included, vs a plain `fork` of this interpreter running the same
   snippet with its output piped back;
 * throughput: small test scripts (a function and its asserts, as in a

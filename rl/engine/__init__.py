@@ -17,83 +17,13 @@ token includes that token.
 
 from __future__ import annotations
 
-import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
-from rl.engine.config import EngineConfig, HFEngineConfig, ModelConfig, SamplingParams, VLLMEngineConfig
+from rl.engine.base import BadRequest, Completion, Engine, check_prompts
+from rl.engine.config import EngineConfig, HFEngineConfig, SamplingParams, VLLMEngineConfig
+from rl.model import ModelConfig
 
 __all__ = ["BadRequest", "Completion", "Engine", "SamplingParams", "check_prompts", "make_engine"]
-
-
-class BadRequest(ValueError):
-    """A request the engine cannot serve; the message names what is wrong."""
-
-
-@dataclass
-class Completion:
-    token_ids: list[int]
-    logprobs: list[float]
-    """log p(token) under the weights that sampled it, one per token."""
-    finish_reason: str
-    """"stop" (end of turn, stop string or stop token) or "length"."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class Engine:
-    """What a generator serves with."""
-
-    backend = "?"
-    version = 0
-    """The weight version loaded: a version of the store, or 0 for the base
-    checkpoint before any is loaded (the learner publishes the base as 0)."""
-    vocab_size = 0
-    max_model_len = 0
-
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> list[list[Completion]]:
-        """`params.n` completions for each prompt, in order."""
-        raise NotImplementedError
-
-    continuous = False
-    """True when the engine offers `add` and `step`: requests join and leave
-    the running batch at any decoding step (vLLM). Otherwise the service runs
-    whole batches with `generate` (HF)."""
-
-    def add(self, request_id: str, prompt: list[int], params: SamplingParams) -> None:
-        raise NotImplementedError
-
-    def step(self) -> list[tuple[str, list[Completion]]]:
-        raise NotImplementedError
-
-    def load_version(self, store: str | os.PathLike[str], version: int) -> None:
-        """Replace the weights with `version` of the store at `store`. A
-        version that is corrupt, missing or does not fit the model raises
-        `StoreError` before any weight changes."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-
-def check_prompts(prompts: Any, params: SamplingParams, vocab_size: int, max_model_len: int) -> list[list[int]]:
-    """Validate the prompts of a request: lists of token ids within the
-    vocabulary, short enough for `max_model_len` with `max_tokens` to come."""
-    if not isinstance(prompts, list) or not prompts:
-        raise BadRequest("prompts: expected a non-empty list of token id lists")
-    for i, p in enumerate(prompts):
-        if not isinstance(p, list) or not p:
-            raise BadRequest(f"prompts[{i}]: expected a non-empty list of token ids")
-        for j, t in enumerate(p):
-            if type(t) is not int or not 0 <= t < vocab_size:
-                raise BadRequest(f"prompts[{i}][{j}]: {t!r} is not a token id (0 <= id < {vocab_size})")
-        if len(p) + params.max_tokens > max_model_len:
-            raise BadRequest(
-                f"prompts[{i}]: {len(p)} tokens + max_tokens {params.max_tokens} exceeds max_model_len {max_model_len}"
-            )
-    return prompts
 
 
 def make_engine(engine: EngineConfig, model: ModelConfig, seed: int = 0) -> Engine:

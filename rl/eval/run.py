@@ -20,6 +20,7 @@ import contextlib
 import hashlib
 import json
 import os
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -28,6 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rl.agent.config import AgentConfig
+from rl.context import RunContext
 from rl.errors import SarlError
 from rl.eval.passk import mean_and_se, pass_at_k
 from rl.fsio import atomic_write
@@ -79,161 +82,150 @@ def task_result(task: Task, passed: list[bool], failures: list[str], turns: list
     )
 
 
+@dataclass
+class Plan:
+    """What an evaluation plays: every task `n` times with `agent`."""
+
+    tasks: list[Task]
+    tasks_name: str
+    """The task file, named in the results' folder."""
+    agent: AgentConfig
+    n: int = 1
+    """Samples per task."""
+    ks: list[int] = field(default_factory=lambda: [1])
+    """The k of pass@k (each <= n)."""
+    concurrency: int = 8
+    """Episodes at once."""
+
+
+@dataclass
+class Policy:
+    """Who answers: generators serving one weight version."""
+
+    client: Any
+    """A rl.generator.client.GeneratorClient."""
+    version: int
+    max_len: int
+    """Their context length: prompt and replies fit in it."""
+    how: str
+    """`live` (the run's generators) or `own` (an engine started here)."""
+
+
+def with_changes(agent: AgentConfig, changes: dict[str, Any]) -> AgentConfig:
+    """The agent with some fields changed (`sarl eval --max-tokens ...`), validated."""
+    from pydantic import ValidationError
+
+    try:
+        return AgentConfig.model_validate({**agent.model_dump(), **changes})
+    except ValidationError as e:
+        raise EvalError(f"agent: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
+
+
 class OwnEngine:
     """An engine started here, serving through the product's generator
     service and client, announced in a folder of its own (never the run's
     endpoints, where rollout workers would find it). `serve(version)` swaps
     weights between batches, as a generator does."""
 
-    def __init__(self, run_dir: Path, cfg: Any, engine_cfg: Any = None):
-        from rl.engine.config import VLLMEngineConfig
-
-        self.run_dir, self.cfg = Path(run_dir), cfg
-        self.engine_cfg = engine_cfg or (cfg.generator.engine if cfg.generator is not None else VLLMEngineConfig())
+    def __init__(self, ctx: RunContext, engine_cfg: Any):
+        self.ctx, self.engine_cfg = ctx, engine_cfg
         self.stack = contextlib.ExitStack()
 
     def __enter__(self) -> OwnEngine:
-        import tempfile
-
         from rl.engine import make_engine
         from rl.generator.client import GeneratorClient
         from rl.generator.inprocess import serving
 
-        engine = make_engine(self.engine_cfg, self.cfg.model, seed=self.cfg.run.seed)
+        engine = make_engine(self.engine_cfg, self.ctx.model, seed=self.ctx.seed)
         self.stack.callback(engine.close)
-        private = Path(self.stack.enter_context(tempfile.TemporaryDirectory(prefix=".engine-", dir=self.run_dir)))
+        folder = tempfile.TemporaryDirectory(prefix=".engine-", dir=self.ctx.run_dir)
+        private = Path(self.stack.enter_context(folder))
         self.server = self.stack.enter_context(serving(engine, private))
         # the engine is this process's own: a slow reply is a busy engine, not a lost node (every
         # episode of a large eval may be queued at once), so the client waits as long as it takes
         self.client = GeneratorClient(private, max_inflight=64, timeout_s=6 * 3600)
         return self
 
-    def serve(self, version: int) -> None:
+    def serve(self, version: int) -> Policy:
+        """Load `version` (0: the base model) and answer with it."""
         from rl.store import Store
 
-        if version == self.server.health()["version"]:
-            return
-        store = Store.of_run(self.run_dir)
-        holder = f"eval-{os.getpid()}"
-        store.weights.pin(holder, version)  # retention keeps it while it loads
-        try:
-            self.server.swap(str(store.path), version)
-        finally:
-            store.weights.unpin(holder)
+        if version != self.server.health()["version"]:
+            store = Store.of_run(self.ctx.run_dir)
+            holder = f"eval-{os.getpid()}"
+            store.weights.pin(holder, version)  # retention keeps it while it loads
+            try:
+                self.server.swap(str(store.path), version)
+            finally:
+                store.weights.unpin(holder)
+        return Policy(self.client, version, self.engine_cfg.max_model_len, "own")
 
     def __exit__(self, *exc: Any) -> None:
         self.stack.close()
 
 
 @contextlib.contextmanager
-def _policy(
-    run_dir: Path, cfg: Any, version: int, engine_choice: str, backend: str | None = None
-) -> Iterator[tuple[Any, str, int]]:
-    """(a GeneratorClient on generators serving `version`, which, their
-    max_model_len): the run's live ones when they all serve it
-    (engine_choice auto or live), else an engine started here (auto or own)."""
+def policy(ctx: RunContext, version: int, choice: str, own_engine: Any, live_max_len: int | None) -> Iterator[Policy]:
+    """The run's live generators when they all serve `version` (choice auto
+    or live; `live_max_len`: their context length, None when the run has
+    none), else an engine started here (auto or own) on `own_engine`."""
     from rl.generator.client import GeneratorClient
     from rl.generator.endpoint import read_endpoints
 
-    live = read_endpoints(run_dir, stale_s=30, now=time.time())
-    if engine_choice != "own" and live and all(e.version == version for e in live):
-        yield GeneratorClient(run_dir, max_inflight=64), "live", cfg.generator.engine.max_model_len
+    live = read_endpoints(ctx.run_dir, stale_s=30, now=time.time()) if live_max_len is not None else []
+    if choice != "own" and live and all(e.version == version for e in live):
+        assert live_max_len is not None
+        yield Policy(GeneratorClient(ctx.run_dir, max_inflight=64), version, live_max_len, "live")
         return
-    if engine_choice == "live":
+    if choice == "live":
         served = sorted({e.version for e in live})
         raise EvalError(f"no live generator serves version {version} (live ones serve {served or 'nothing'})")
-    engine_cfg = None
-    if backend is not None:  # else the run's generator engine, or vLLM
-        from rl.engine.config import HFEngineConfig, VLLMEngineConfig
-
-        engine_cfg = HFEngineConfig() if backend == "hf" else VLLMEngineConfig()
-    with OwnEngine(run_dir, cfg, engine_cfg) as own:
-        if version > 0:
-            own.serve(version)
-        yield own.client, "own", own.engine_cfg.max_model_len
-
-
-def eval_agent(cfg: Any) -> Any:
-    """The agent an evaluation plays: `[eval] agent`, else the rollouts', else the default."""
-    from rl.agent.config import AgentConfig
-
-    if cfg.eval is not None and cfg.eval.agent is not None:
-        return cfg.eval.agent
-    return cfg.rollout.agent if cfg.rollout is not None else AgentConfig()
+    with OwnEngine(ctx, own_engine) as own:
+        yield own.serve(version)
 
 
 def evaluate(
-    run_dir: Path,
-    tasks: list[Task],
-    tasks_name: str,
-    version: int | None = None,
-    n: int = 1,
-    ks: list[int] | None = None,
-    concurrency: int = 8,
-    engine: str = "auto",
+    ctx: RunContext,
+    plan: Plan,
+    version: int | None,
+    choice: str,
+    own_engine: Any,
+    live_max_len: int | None,
     progress: Callable[[], None] | None = None,
-    agent: dict[str, Any] | None = None,
-    backend: str | None = None,
 ) -> dict[str, Any]:
-    """`sarl eval`: one version, on live generators or an engine of its own
-    (`backend` vllm or hf; default: the run's generator engine, else vLLM);
-    `agent` changes fields of the agent played (max_tokens, ...)."""
-    from rl.run.rundir import RunDir
+    """`sarl eval`: one version (None: the newest) on live generators or an
+    engine of its own (see `policy`)."""
     from rl.store import Store
 
-    rd = RunDir(run_dir)
-    cfg = rd.config()
-    weights = Store.of_run(run_dir).weights
+    weights = Store.of_run(ctx.run_dir).weights
     if version is None:
         version = weights.latest() or 0
     if version > 0 and version not in weights.versions():
         raise EvalError(f"--version {version}: not in the store (it has {weights.versions() or 'none'})")
-    with _policy(rd.path, cfg, version, engine, backend) as (client, how, max_len):
-        return play(rd.path, cfg, client, how, max_len, tasks, tasks_name, version, n, ks, concurrency, progress, agent)
+    with policy(ctx, version, choice, own_engine, live_max_len) as p:
+        return play(ctx, plan, p, progress)
 
 
-def play(
-    run_dir: Path,
-    cfg: Any,
-    client: Any,
-    how: str,
-    max_len: int,
-    tasks: list[Task],
-    tasks_name: str,
-    version: int,
-    n: int,
-    ks: list[int] | None,
-    concurrency: int,
-    progress: Callable[[], None] | None = None,
-    agent_changes: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    """n episodes of each task against `client` serving `version`; the
-    results and summary written under RUN_DIR/eval/."""
+def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], None] | None = None) -> dict[str, Any]:
+    """n episodes of each task against `policy`; the results and summary
+    written under RUN_DIR/eval/."""
     from rl.model import checkpoint, load_tokenizer
     from rl.rollout.episode import run_episode
     from rl.rollout.samples import failure_of
     from rl.verify.verifier import Verifier
     from sandboxes.pool import WarmPool
 
-    ks = sorted({k for k in (ks or [1]) if k <= n}) or [1]
-    agent = eval_agent(cfg)
-    if agent_changes:
-        from pydantic import ValidationError
-
-        try:
-            agent = type(agent).model_validate({**agent.model_dump(), **agent_changes})
-        except ValidationError as e:
-            raise EvalError(f"agent: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
-    tokenizer = load_tokenizer(checkpoint(cfg.model))
+    n, ks, agent, version = plan.n, sorted({k for k in plan.ks if k <= plan.n}) or [1], plan.agent, policy.version
+    tokenizer = load_tokenizer(checkpoint(ctx.model))
     t0 = time.monotonic()
     with (
-        WarmPool(cfg.sandbox, size=min(concurrency, 4)) as pool,
-        Verifier(cfg.verify, sandbox=cfg.sandbox) as verifier,
-        ThreadPoolExecutor(concurrency) as ex,
+        WarmPool(ctx.sandbox, size=min(plan.concurrency, 4)) as pool,
+        Verifier(ctx.verify, sandbox=ctx.sandbox) as verifier,
+        ThreadPoolExecutor(plan.concurrency) as ex,
     ):
 
         def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
-            r = client.generate([prompt], params)
+            r = policy.client.generate([prompt], params)
             if r.version != version:
                 raise EvalError(f"a generator answered with version {r.version} while version {version} was evaluated")
             return r.outputs[0][0], r.version
@@ -242,7 +234,7 @@ def play(
             sb = pool.take()
             try:
                 seed = eval_seed(task.task_id, i)
-                ep = run_episode(task, agent, generate, tokenizer, sb, verifier, max_len, None, seed)
+                ep = run_episode(task, agent, generate, tokenizer, sb, verifier, policy.max_len, None, seed)
             except BaseException:
                 sb.close()
                 raise
@@ -252,15 +244,16 @@ def play(
             why = failure_of(ep)
             return why == "", why, ep.turns
 
-        futures = {t.task_id: [ex.submit(one, t, i) for i in range(n)] for t in tasks}
+        futures = {t.task_id: [ex.submit(one, t, i) for i in range(n)] for t in plan.tasks}
         results = []
-        for t in tasks:
+        for t in plan.tasks:
             got = [f.result() for f in futures[t.task_id]]
             results.append(task_result(t, [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], ks))
-    summary = {"version": version, "tasks_file": tasks_name, "n": n, "engine": how, **summarise(results, ks)}
+    summary = {"version": version, "tasks_file": plan.tasks_name, "n": n, "engine": policy.how}
+    summary.update(summarise(results, ks))
     summary["minutes"] = round((time.monotonic() - t0) / 60, 2)
     summary["temperature"] = agent.temperature
-    folder = Path(run_dir) / "eval" / f"v{version:06d}" / Path(tasks_name).name.removesuffix(".jsonl")
+    folder = Path(ctx.run_dir) / "eval" / f"v{version:06d}" / Path(plan.tasks_name).name.removesuffix(".jsonl")
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / "results.jsonl", "".join(json.dumps(asdict(r)) + "\n" for r in results))
     atomic_write(folder / "summary.json", json.dumps(summary, indent=1) + "\n")

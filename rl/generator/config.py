@@ -5,8 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from rl.engine.config import EngineConfig, VLLMEngineConfig
-from rl.run.config import RoleConfig
-from rl.schema import SAFE
+from rl.schema import SAFE, RoleConfig
 
 
 class GeneratorRole(RoleConfig):

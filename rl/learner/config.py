@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from rl.agent.config import AgentConfig
 from rl.learner.losses import GRPO, Loss
-from rl.run.config import RoleConfig
-from rl.schema import SAFE, Section
+from rl.schema import SAFE, RoleConfig, Section, resolved
 
 
 class Correction(Section):
@@ -76,9 +76,6 @@ class LearnerRole(RoleConfig):
     """Instead of `micro_batches`: pack each micro-batch up to this many
     padded tokens (longest sample x samples), so memory stays bounded
     whatever the lengths; a step takes as many as its samples need."""
-    max_staleness: int | None = Field(None, ge=0)
-    """Drop (and count) samples whose version is more than this behind the
-    version being trained; None: keep all."""
     publish_every: int = Field(1, ge=1)
     """Publish a weight version every this many steps (and at the last)."""
     checkpoint_every: int = Field(1, ge=1, json_schema_extra=SAFE)
@@ -98,6 +95,9 @@ class LearnerRole(RoleConfig):
     """Seconds between looks at the store while waiting for rollouts."""
     threads: int = Field(0, ge=0, json_schema_extra=SAFE)
     """torch intra-op threads (0: torch's default)."""
+    agent: AgentConfig | None = resolved("rollout.agent")
+    """The agent whose prompts SFT on references imitates (the rollouts', or
+    the default agent where the run has no rollout workers)."""
     train_top_layers: int | None = Field(None, ge=1)
     """Train only the top N decoder blocks and the final norm; None: every
     weight. Frozen blocks cost no backward pass and no optimizer state: on

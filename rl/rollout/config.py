@@ -7,8 +7,7 @@ from pathlib import Path
 from pydantic import Field, field_validator, model_validator
 
 from rl.agent.config import AgentConfig
-from rl.run.config import RoleConfig
-from rl.schema import SAFE
+from rl.schema import SAFE, RoleConfig, resolved
 
 
 class RolloutRole(RoleConfig):
@@ -34,16 +33,10 @@ class RolloutRole(RoleConfig):
     """Episodes in flight per worker, so that generators get full batches."""
     batch_groups: int = Field(1, ge=1)
     """Groups per committed batch: a smaller batch loses less on a kill."""
-    max_staleness: int | None = Field(None, ge=0)
-    """Async mode: a worker starts group g only while g < (max_staleness + v
-    + 1) x groups_per_step, v being the newest published weight version, so
-    that no sample is more than max_staleness versions behind the learner
-    (AReaL's capacity rule). Unset: 4 in async mode when groups_per_step is
-    set. Sync mode has no staleness: leave it unset."""
     groups_per_step: int = Field(0, ge=0)
-    """Groups the learner consumes per step; 0: no bound (no learner). Sync
-    mode needs it: round N is groups N x groups_per_step to (N + 1) x
-    groups_per_step - 1."""
+    """Groups the learner consumes per step; 0: no bound (no learner). With
+    it, workers keep within `run.max_staleness`. Sync mode needs it: round
+    N is groups N x groups_per_step to (N + 1) x groups_per_step - 1."""
     max_retries: int = Field(3, ge=0, json_schema_extra=SAFE)
     """Infrastructure failures (no generator, a dead sandbox) retried per episode
     before its group is abandoned, with its reason."""
@@ -62,6 +55,8 @@ class RolloutRole(RoleConfig):
     """Drop groups whose rewards are all equal (no learning signal), counted."""
     agent: AgentConfig = AgentConfig()
     """The tool protocol and the budgets of each episode."""
+    max_model_len: int | None = resolved("generator.engine.max_model_len")
+    """The generators' context length: an episode's prompt and replies fit in it."""
 
     @field_validator("tasks_file", mode="before")
     @classmethod
@@ -82,10 +77,6 @@ class RolloutRole(RoleConfig):
                 "the learner could never take a step"
             )
         return self
-
-    def staleness(self) -> int:
-        """The async bound in versions (see `max_staleness`)."""
-        return 4 if self.max_staleness is None else self.max_staleness
 
     def weights(self) -> list[float]:
         return self.file_weights or [1.0] * len(self.tasks_file)

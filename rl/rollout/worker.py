@@ -1,28 +1,11 @@
-"""One rollout worker: an outline.
+"""One rollout worker: the groups it plays, the episodes it runs, the
+batches it commits (the outline is rl.rollout.loop).
 
-    groups = my share of the run's groups (k, k + N, k + 2N, ...), and the
-             share of any given-up worker handed to me (rl.rollout.shares),
-             looked for while I play and once more before I end
-    done   = the groups any committed batch holds (the store, not my state
-             file, is the truth) + the groups I (or a given-up worker whose
-             share I play) abandoned
-    for each group not done, as the gate allows (async: the staleness
-    bound; sync: its round's weight version is the newest):
-        its task = the plan recorded for it, else drawn from the queue
-                   (rl.rollout.queue) and recorded before it starts
-        play group_size episodes, `concurrency` at a time, retrying
-        infrastructure failures
-    every `batch_groups` complete groups, or when nothing more can start
-    for now: commit one batch
-    on USR2 (preemption, time limit): commit the complete groups, then
-    requeue (rl.run.role)
-
-Exactly once: episode `g/i` (group g, sample i) is committed in one batch or
-its group is recorded as abandoned with its reason. A worker killed at any
-instant loses only the groups it had in flight, and plays them again, with
-the same task, when it starts over: they were never committed. The writer
-id is the worker's (`rollout-NNNNNN`) and batch sequence numbers come from
-the store, so a batch is never written twice.
+`Worker.run` plays the worker's share of the groups (and any share handed
+to it), `concurrency` episodes at a time on a thread pool; `Worker.loop`
+starts groups as the gate allows, collects finished episodes into groups,
+and commits complete groups in batches; `Worker.flush` commits the complete
+groups on USR2.
 """
 
 from __future__ import annotations
@@ -35,10 +18,9 @@ import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from rl.config import Config
+from rl.context import RunContext
 from rl.fsio import read_json
 from rl.rollout.config import RolloutRole
 from rl.rollout.curves import Curves
@@ -112,33 +94,27 @@ GATE_POLL_S = 0.25
 
 
 class Worker:
-    """Plays this worker's groups and commits them. `state` holds `planned`
-    (group -> task id) and `abandoned` (group -> reason); `save(**changes)`
-    commits the role's state; `beat(inflight=, pending=)` is a sign of life;
-    `progressed()` says that the loop advanced (an episode ended) or waits
-    on the learner (rl.run.recovery's stall check)."""
+    """Plays this worker's groups and commits them, in the run context
+    `ctx`: its state holds `planned` (group -> task id) and `abandoned`
+    (group -> reason); `ctx.save` commits them, `ctx.beat` is a sign of
+    life (`inflight=`, `pending=`), `ctx.progressed` says that the loop
+    advanced (an episode ended) or waits on the learner (rl.run.recovery's
+    stall check), and `ctx.stopping` is set on USR2."""
 
-    def __init__(
-        self,
-        run_dir: Any,
-        cfg: Config,
-        rc: RolloutRole,
-        index: int,
-        state: dict[str, Any],
-        save: Callable[..., None],
-        beat: Callable[..., None] = lambda **info: None,
-        progressed: Callable[[], None] = lambda: None,
-    ):
-        self.cfg, self.rc, self.index, self.save, self.beat = cfg, rc, index, save, beat
-        self.progressed = progressed
-        self.run_dir = run_dir
-        self.store = Store.of_run(run_dir)
-        self.writer_id = f"rollout-{index:06d}"
+    def __init__(self, ctx: RunContext, rc: RolloutRole):
+        if rc.max_model_len is None:
+            raise ValueError("rollout.max_model_len is resolved from generator.engine: validate the whole config")
+        self.ctx, self.rc, self.index = ctx, rc, ctx.task
+        self.save, self.beat, self.progressed = ctx.save, ctx.beat, ctx.progressed
+        self.run_dir = ctx.run_dir
+        self.store = Store.of_run(ctx.run_dir)
+        self.writer_id = f"rollout-{self.index:06d}"
+        state = ctx.state
         self.planned: dict[int, str] = {int(g): t for g, t in state.get("planned", {}).items()}
         self.abandoned: dict[int, str] = {int(g): r for g, r in state.get("abandoned", {}).items()}
-        self.queue = TaskQueue(rc.tasks_file, rc.weights(), cfg.run.seed, run_dir, rc.group_size)
+        self.queue = TaskQueue(rc.tasks_file, rc.weights(), ctx.seed, ctx.run_dir, rc.group_size)
         self.stats = Stats()
-        self.stopping = threading.Event()
+        self.stopping = ctx.stopping
         self.pending: list[GroupResult] = []
         """Complete groups not committed yet."""
         self.inflight: dict[Future[Episode], tuple[int, int]] = {}
@@ -154,7 +130,7 @@ class Worker:
         self.loop_s = 0.0
         self._writer: Any = None
         self._curves: Curves | None = None
-        self.shares = [index]
+        self.shares = [self.index]
         """The shares of the groups this worker plays: its own, and those handed to it."""
         self.abandoned_before: set[int] = set()
         """Groups that a given-up worker, whose share this one plays, abandoned."""
@@ -167,10 +143,9 @@ class Worker:
         """Shares handed to this worker since it last looked (rl.rollout.shares):
         their groups to play, with the tasks their first worker planned."""
         from rl.rollout import shares
-        from rl.run.rundir import RunDir
 
         self._shares_read = time.monotonic()
-        rd = RunDir(self.run_dir)
+        rd = self.ctx.layout
         now = shares.shares_of(rd, self.index, self.rc.tasks)
         new = [k for k in now if k not in self.shares]
         self.shares = now
@@ -194,7 +169,7 @@ class Worker:
         from rl.verify.verifier import Verifier
         from sandboxes.pool import WarmPool
 
-        self.tokenizer = load_tokenizer(checkpoint(self.cfg.model))
+        self.tokenizer = load_tokenizer(checkpoint(self.ctx.model))
         self.client = GeneratorClient(
             self.run_dir,
             max_inflight=self.rc.concurrency,
@@ -202,18 +177,16 @@ class Worker:
             stop=self.stopping,  # a USR2 ends its waits: the requeue is not held back
         )
         self._writer = self.store.writer(self.writer_id)
-        self._curves = Curves(Path(self.run_dir) / "tb" / self.writer_id, self.rc.group_size)
+        self._curves = Curves(self.ctx.layout.tb(self.writer_id), self.rc.group_size)
         self.committed = committed_groups(self.store)
         self.shares = []
         todo = sorted(self._take_up())
-        log.info(
-            "worker %d: shares %s, %d groups to play, %d done",
-            self.index, self.shares, len(todo), len(self.my_groups()) - len(todo),
-        )  # fmt: skip
+        done = len(self.my_groups()) - len(todo)
+        log.info("worker %d: shares %s, %d groups to play, %d done", self.index, self.shares, len(todo), done)
         self.started = time.monotonic()
         with (
-            WarmPool(self.cfg.sandbox, size=min(self.rc.concurrency, 4)) as self.pool,
-            Verifier(self.cfg.verify, sandbox=self.cfg.sandbox) as self.verifier,
+            WarmPool(self.ctx.sandbox, size=min(self.rc.concurrency, 4)) as self.pool,
+            Verifier(self.ctx.verify, sandbox=self.ctx.sandbox) as self.verifier,
             ThreadPoolExecutor(self.rc.concurrency) as self.ex,
         ):
             t0 = time.monotonic()
@@ -225,9 +198,8 @@ class Worker:
         self._curves.close()
         if not self.stopping.is_set():
             from rl.rollout import shares
-            from rl.run.rundir import RunDir
 
-            shares.finish(RunDir(self.run_dir), self.index, self.shares)
+            shares.finish(self.ctx.layout, self.index, self.shares)
         return self.summary()
 
     def loop(self, todo: list[int]) -> None:
@@ -318,13 +290,13 @@ class Worker:
         if not gps:
             return "start"
         v = self.store.weights.latest() or 0
-        if self.cfg.run.mode == "sync":
+        if self.ctx.sync:
             r = group // gps
             if v > r:
                 self._abandon(group, f"sync: round {r} closed, version {v} is published")
                 return "closed"
             return "start" if v == r else "wait"
-        return "start" if group < (self.rc.staleness() + v + 1) * gps else "wait"
+        return "start" if group < (self.ctx.max_staleness + v + 1) * gps else "wait"
 
     def _task_of(self, g: int) -> Task | None:
         """The group's task: as planned before a restart, else drawn and recorded first."""
@@ -363,7 +335,7 @@ class Worker:
         """The policy, for one episode: through the generator client; in sync
         mode only the round's version may answer. With it, the seconds the
         episode has waited for a generator so far (run_episode's `waited`)."""
-        need = group // self.rc.groups_per_step if self.cfg.run.mode == "sync" else None
+        need = group // self.rc.groups_per_step if self.ctx.sync else None
         waited = [0.0]
 
         def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
@@ -387,14 +359,15 @@ class Worker:
         from rl.generator.client import NoGenerator
         from sandboxes import SandboxError
 
-        max_len = self.cfg.generator.engine.max_model_len if self.cfg.generator is not None else 4096
+        max_len = self.rc.max_model_len
+        assert max_len is not None  # checked at construction
         for attempt in range(self.rc.max_retries + 1):
             generate, waited = self._generate(group)
             sb = None
             try:
                 sb = self.pool.take()
                 deadline = time.monotonic() + self.rc.episode_deadline_s
-                seed = episode_seed(self.cfg.run.seed, group, i)
+                seed = episode_seed(self.ctx.seed, group, i)
                 agent = self.rc.agent
                 ep = run_episode(
                     task, agent, generate, self.tokenizer, sb, self.verifier, max_len, deadline, seed, waited
@@ -459,7 +432,7 @@ class Worker:
     def flush(self) -> None:
         """Called on USR2 from the signal handler (main thread): commit the
         complete groups, and let the in-flight episodes end unplayed. The
-        loop runs on another thread (jobs/rollout.py), so the flush waits
+        loop runs on another thread (rl.rollout.loop), so the flush waits
         for it to leave its critical section and never commits half-changed
         groups. Where the loop runs on the signal's own thread (a worker
         driven directly), a signal that lands inside that section commits

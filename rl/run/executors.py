@@ -25,7 +25,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import submitit
@@ -36,8 +36,10 @@ from submitit.slurm.slurm import SlurmJob
 
 from rl.config import ROLES, Config, RoleConfig, SlurmExecutor
 from rl.errors import SarlError
-from rl.run.role import Role
 from rl.run.rundir import RunDir
+
+if TYPE_CHECKING:  # the classes are found through the registry, by name
+    from rl.run.role import Role
 
 LIVE_STATES = {
     "PENDING",
@@ -60,7 +62,11 @@ class SubmitError(SarlError, RuntimeError):
 
 
 def role_class(name: str) -> type[Role]:
-    """The Role subclass that the jobs of role `name` run (rl.config.ROLES)."""
+    """The Role subclass that the jobs of role `name` run: the class that
+    the one registry of roles (rl.config.ROLES) names, a thin entry point
+    in `jobs/`. It is named there, not imported, because submitted jobs
+    unpickle it by that name: the registry is the one place where the run
+    machinery meets the entry points."""
     module, _, attr = ROLES[name].job_class.partition(":")
     cls: type[Role] = getattr(importlib.import_module(module), attr)
     return cls

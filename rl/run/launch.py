@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rl.config import Config, ConfigError
 from rl.fsio import write_json
-from rl.run import recovery
+from rl.run import deaths
 from rl.run.executors import SubmitError, cancel_submission, submission_label, submit_role
 from rl.run.rundir import RunDir
 from rl.run.status import role_status
@@ -108,7 +108,7 @@ def _resubmit(rd: RunDir, cfg: Config) -> list[Submitted]:
             raise SubmitError(f"{role}: {st.scheduler_error}; nothing resubmitted")
         todo = [t.task for t in st.detail if t.status != "DONE" and not t.live]
         if todo:
-            recovery.clear(rd, role, todo)  # a person takes over: a crash loop's count starts again
+            deaths.clear(rd, role, todo)  # a person takes over: a crash loop's count starts again
             rec = submit_role(rd, cfg, role, todo)
             out.append(Submitted(role, submission_label(rec), todo))
     return out

@@ -1,14 +1,12 @@
 """Recovery without a human (`[run.recovery]`, on by default).
 
-There is no controller. Every task's process beats from a thread of its own
-(`Beat`) every `beat_s`, so a heartbeat older than `hung_s` means that the
-process itself no longer runs: stopped (SIGSTOP), on a frozen node, stuck
-in the kernel. The beat also carries `progress_at`, the last time the
-task's main loop advanced or waited on another role (`Role.progressed`,
-called from the loop, never from the beat thread): a fresh beat with a
-`progress_at` older than `stall_s` means that the process runs but its work
-stands still (a deadlock, a request that never returns). Both are hung.
-Task 0 of each role also runs a `Watcher` thread: every
+There is no controller. Every task's process beats (rl.run.heartbeat), so
+a heartbeat older than `hung_s` means that the process itself no longer
+runs: stopped (SIGSTOP), on a frozen node, stuck in the kernel; a fresh
+beat whose `progress_at` is older than `stall_s` means that the process
+runs but its work stands still (a deadlock, a request that never
+returns). Both are hung. Task 0 of each role also runs a `Watcher`
+thread: every
 `check_s` it reads the run's status as `sarl status` does (the run
 directory, and squeue/sacct or the local processes). When some task is dead
 or hung, it starts `python -m rl.run.recovery RUN_DIR` with its own job's
@@ -21,14 +19,17 @@ again, and then:
     `hung_s`, or one whose `progress_at` is older than `stall_s`); the
     cancelled task is dead at the next look;
   * records each dead task's death once per job (job id, state, reason) in
-    RUN_DIR/recovery/ROLE/task-NNNNNN.json;
+    RUN_DIR/recovery/ROLE/task-NNNNNN.json (rl.run.deaths);
   * resubmits the dead tasks as `sarl resume` does (they continue from their
     committed state), except a task that died `max_restarts` times within
     `window_s`: that one is given up with the reason, which `sarl status`
     shows. `sarl resume` clears the record and starts it once more.
-    A given-up rollout worker's share of the groups is handed to another
-    worker, which plays it (rl.rollout.shares); a receiver that had ended
-    is started again.
+  * asks each role, through the hooks of its Role class (rl.run.role),
+    what it needs besides: what to do with a given-up task's work
+    (`on_given_up`: the rollout workers hand its share of the groups to
+    another worker), and which of its tasks must start again although
+    they did not die (`restart_also`: a worker that ended before a share
+    was handed to it). Generic recovery knows no role by name.
     After `sarl cancel` the watchers start nothing until `sarl resume`
     (on Slurm a cancelled job may run on for a while, its watcher with it).
 
@@ -46,21 +47,21 @@ Not covered:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rl.config import Config
 from rl.fsio import read_json, write_json
+from rl.run.deaths import given_up, record_path
+from rl.run.executors import cancel_tasks, role_class, submit_role
 from rl.run.rundir import RunDir
+from rl.run.status import role_status
 
 log = logging.getLogger("sarl.recovery")
 
@@ -72,36 +73,17 @@ class Action:
     role: str
     task: int
     kind: str
-    """`dead` (resubmit it), `hung` (cancel it first), or `share` (a rollout
-    worker that ended owning a given-up worker's unfinished share:
-    rl.rollout.shares; start it again)."""
+    """`dead` (resubmit it), `hung` (cancel it first), or `restart` (its
+    role asked for it to start again: `Role.restart_also`)."""
     job_id: str
     """The job the task last ran as (`12_3`, or a local controller's pid)."""
     reason: str
 
 
-def record_path(rd: RunDir, role: str, task: int) -> Path:
-    return rd.path / "recovery" / role / f"task-{task:06d}.json"
-
-
-def given_up(rd: RunDir, role: str, task: int) -> str:
-    """Why the watchers no longer start this task (empty: they do)."""
-    rec = read_json(record_path(rd, role, task)) or {}
-    return str(rec.get("given_up", ""))
-
-
-def clear(rd: RunDir, role: str, tasks: list[int]) -> None:
-    """A person resubmitted these tasks (`sarl resume`): their deaths so far no longer count."""
-    for t in tasks:
-        record_path(rd, role, t).unlink(missing_ok=True)
-
-
 def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
-    """Every task that is dead (and not given up) or hung, and every rollout
-    worker that ended owning a handed-over share, from the run directory and
-    the scheduler alone."""
-    from rl.run.status import role_status
-
+    """Every task that is dead (and not given up) or hung, and every task
+    its role asks to start again, from the run directory and the scheduler
+    alone."""
     now = time.time() if now is None else now
     hung_s, stall_s = cfg.run.recovery.hung_s, cfg.run.recovery.stall_s
     out: list[Action] = []
@@ -126,28 +108,15 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
                     out.append(Action(role, t.task, "hung", job, why))
             elif t.failed and not given_up(rd, role, t.task):
                 out.append(Action(role, t.task, "dead", job, f"{t.status}: {t.reason}".rstrip(": ")))
-        if role == "rollout":
-            out += _stranded(rd, rc.tasks, {t.task: t for t in st.detail})
+        jobs = {t.task: t.job_id.removeprefix("pid ") for t in st.detail}
+        for task, why in role_class(role).restart_also(rd, rc.tasks):
+            out.append(Action(role, task, "restart", jobs.get(task, ""), why))
     return out
-
-
-def _stranded(rd: RunDir, tasks: int, detail: dict[int, Any]) -> list[Action]:
-    """Receivers whose state says done (status DONE, whatever their process):
-    each is started again to play the share handed to it."""
-    from rl.rollout import shares
-
-    states = {t: read_json(rd.state_path("rollout", t)) or {} for t in range(tasks)}
-    return [
-        Action("rollout", j, "share", detail[j].job_id.removeprefix("pid "), "ended owning a handed-over share")
-        for j in shares.stranded(rd, tasks, states)
-    ]
 
 
 def recover(rd: RunDir) -> list[Action]:
     """One round, under the run's lock: cancel the hung, record the deaths,
     resubmit the dead that are not in a crash loop. Returns what it did."""
-    from rl.run.executors import cancel_tasks, submit_role
-
     with rd.lock(wait=False) as got:
         if not got:
             return []
@@ -156,8 +125,8 @@ def recover(rd: RunDir) -> list[Action]:
         done: list[Action] = []
         resubmit: dict[str, list[int]] = {}
         for a in look(rd, cfg):
-            if a.kind == "share":
-                _undone(rd, a.task)
+            if a.kind == "restart":
+                role_class(a.role).before_restart(rd, a.task)
                 resubmit.setdefault(a.role, []).append(a.task)
                 done.append(a)
                 continue
@@ -180,8 +149,7 @@ def recover(rd: RunDir) -> list[Action]:
                     f"(run.recovery.max_restarts = {rc.max_restarts}); last: {a.reason}"
                 )
                 log.error("%s task %d: %s", a.role, a.task, rec["given_up"])
-                if a.role == "rollout":
-                    rec["share_to"] = _hand_over(rd, cfg, a.task)
+                rec.update(_on_given_up(rd, cfg, a.role, a.task))
             else:
                 resubmit.setdefault(a.role, []).append(a.task)
                 done.append(a)
@@ -192,29 +160,13 @@ def recover(rd: RunDir) -> list[Action]:
         return done
 
 
-def _hand_over(rd: RunDir, cfg: Config, task: int) -> int | None:
-    """The share of a given-up rollout worker, to another (rl.rollout.shares).
-    The receiver, if it is not running, is started by the next round."""
-    from rl.rollout import shares
-    from rl.run.status import role_status
-
-    n = cfg.roles()["rollout"].tasks
-    detail = role_status(rd, "rollout", n).detail
-    running = {t.task for t in detail if t.live}
-    out = {t for t in range(n) if given_up(rd, "rollout", t)} | {task}
-    to = shares.hand_over(rd, task, n, running, out)
-    if to is None:
-        log.error("rollout task %d's share is not handed over: no other worker can take it", task)
-    else:
-        log.warning("rollout task %d's share is handed to rollout task %d", task, to)
-    return to
-
-
-def _undone(rd: RunDir, task: int) -> None:
-    """A rollout worker that ended is to play a handed-over share: its task is not done any more."""
-    path = rd.state_path("rollout", task)
-    st = read_json(path) or {}
-    write_json(path, {**st, "done": False, "updated_at": time.time()})
+def _on_given_up(rd: RunDir, cfg: Config, role: str, task: int) -> dict[str, Any]:
+    """What the role does with a given-up task's work (`Role.on_given_up`),
+    told which of its tasks run and which are given up already."""
+    n = cfg.roles()[role].tasks
+    running = {t.task for t in role_status(rd, role, n).detail if t.live}
+    out = {t for t in range(n) if given_up(rd, role, t)} | {task}
+    return role_class(role).on_given_up(rd, task, n, running, out)
 
 
 def _submission_of(rd: RunDir, role: str, task: int) -> dict[str, Any] | None:
@@ -229,21 +181,6 @@ def clean_env() -> dict[str, str]:
     """This process's environment less its own job's Slurm and submitit
     variables, which would otherwise reach the jobs it submits."""
     return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
-
-
-class Beat(threading.Thread):
-    """Calls `beat()` every `every` seconds until stopped."""
-
-    def __init__(self, beat: Any, every: float):
-        super().__init__(name="sarl-beat", daemon=True)
-        self.beat_fn, self.every, self.stop = beat, every, threading.Event()
-
-    def run(self) -> None:
-        while not self.stop.wait(self.every):
-            try:
-                self.beat_fn()
-            except Exception:  # a full disk now: the next beat tries again
-                log.exception("heartbeat failed")
 
 
 class Watcher(threading.Thread):
@@ -264,25 +201,6 @@ class Watcher(threading.Thread):
                         log.error("recovery round failed: %s", out.stderr.strip()[-2000:])
             except Exception:  # the watcher outlives a bad round (Slurm did not answer, a torn file)
                 log.exception("recovery look failed")
-
-
-@contextlib.contextmanager
-def recovering(role: Any, cfg: Config) -> Iterator[None]:
-    """While a role's task runs: its beat thread, and on task 0 the watcher."""
-    rc = cfg.run.recovery
-    if not rc.enabled or role.rank != 0:
-        yield
-        return
-    threads: list[Beat | Watcher] = [Beat(role.rebeat, rc.beat_s)]
-    if role.task == 0:
-        threads.append(Watcher(role.run_dir, rc.check_s))
-    for t in threads:
-        t.start()
-    try:
-        yield
-    finally:
-        for t in threads:
-            t.stop.set()
 
 
 if __name__ == "__main__":

@@ -1,15 +1,27 @@
 """What every role has in common: a checkpointable callable, one task of a job
 array, whose state lives in the run directory.
 
-A role object is pickled by submitit and unpickled in the job. It carries only
-the run directory's path and its own name; everything else (config, progress)
-is read from the run directory when the task starts, so a task that is killed
-at any instant and started again continues from its last committed state.
+A role is registered once (rl.config.ROLES) with its config section and a
+thin Role subclass in `jobs/`, whose `run(ctx, cfg)` hands over to the
+role's loop in `rl/<role>/loop.py`. The loop gets a run context
+(rl.context.RunContext: run directory, seed, mode, model, state and the
+callbacks below) and its own typed section, nothing else.
 
-State is committed with `commit()`, an atomic replace of one JSON file per
-task. On USR2 (time limit near, or preemption) submitit calls `checkpoint()`
-from a signal handler: it writes the last committed state once more, with the
-event recorded, and asks submitit to requeue the same task.
+A role object is pickled by submitit and unpickled in the job. It carries only
+the run directory's path; everything else (config, progress) is read from
+the run directory when the task starts, so a task that is killed at any
+instant and started again continues from its last committed state.
+
+State is committed with `commit()` (the loop's `ctx.save`), an atomic
+replace of one JSON file per task. On USR2 (time limit near, or preemption)
+submitit calls `checkpoint()` from a signal handler: it sets `ctx.stopping`,
+runs what the loop registered with `ctx.on_usr2` (commit what can be
+committed), writes the last committed state once more with the event
+recorded, and asks submitit to requeue the same task.
+
+A role also tells generic recovery (rl.run.recovery) what it needs through
+class-level hooks (`restart_also`, `before_restart`, `on_given_up`), so that
+recovery knows no role by name.
 """
 
 from __future__ import annotations
@@ -19,14 +31,18 @@ import fcntl
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import submitit
 
 from rl.config import Config, LocalExecutor, RoleConfig
+from rl.context import RunContext
 from rl.fsio import read_json, write_json
-from rl.run.recovery import recovering
+from rl.layout import RunLayout
+from rl.run.heartbeat import Beat
+from rl.run.recovery import Watcher
 from rl.run.rundir import RunDir
 
 
@@ -58,9 +74,39 @@ def pin_to_cores(cpus: list[int]) -> None:
         os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
 
 
+def context_of(
+    cfg: Config, run_dir: Any, task: int = 0, state: dict[str, Any] | None = None, **callbacks: Any
+) -> RunContext:
+    """The run context of one task of a run (`callbacks`: save, beat,
+    progressed, done); a role's task gets it from `Role`, tests and
+    benchmarks that drive a loop directly from here."""
+    rd = RunDir(run_dir)
+    done = callbacks.pop("done", lambda role: rd.exists() and rd.all_done(role))
+    if "committed" not in callbacks:  # a loop driven directly: its commits go to this dict
+        kept = state if state is not None else {}
+        callbacks["committed"] = lambda: kept
+        callbacks.setdefault("save", lambda **changes: kept.update(changes))
+    return RunContext(
+        run_dir=rd.path,
+        task=task,
+        seed=cfg.run.seed,
+        mode=cfg.run.mode,
+        max_staleness=cfg.run.staleness(),
+        model=cfg.model,
+        sandbox=cfg.sandbox,
+        verify=cfg.verify,
+        roles=frozenset(cfg.roles()),
+        job_id=current_job_id(),
+        done=done,
+        **callbacks,
+    )
+
+
 class Role(submitit.helpers.Checkpointable):
-    """Base of the roles. Subclasses implement `run(task)` and commit progress
-    with `commit(**changes)`; `self.state` is the last committed state.
+    """Base of the roles. Subclasses implement `run(ctx, cfg)` (hand over to
+    the role's loop), and may say how far a task got (`progress`) and what
+    its first state holds (`initial_state`); `self.state` is the last
+    committed state.
 
     A task of several processes (the learner's ranks) has one state: rank 0
     commits it and beats; the other ranks keep theirs in memory only."""
@@ -77,6 +123,7 @@ class Role(submitit.helpers.Checkpointable):
         """When the task's main loop last advanced or waited on another role
         (`progressed()`): the heartbeat carries it, and recovery finds a task
         whose beat is fresh but whose loop stands still (rl.run.recovery)."""
+        self.ctx: RunContext | None = None
 
     # ------------------------------------------------------------ lifecycle
     def __call__(self, task: int) -> dict[str, Any]:
@@ -100,15 +147,21 @@ class Role(submitit.helpers.Checkpointable):
                 "cpus": sorted(os.sched_getaffinity(0)),  # the cores it may run on (job.cpu_list)
             }
             self.commit(starts=[*self.state.get("starts", []), start])
-            with recovering(self, cfg):
-                result = self.run(cfg, role_cfg)
+            self.ctx = context_of(cfg, rd.path, task, rank=self.rank, committed=lambda: self.state)
+            self.ctx.save, self.ctx.beat, self.ctx.progressed = self.commit, self.beat, self.progressed
+            with self._recovering(cfg):
+                result = self.run(self.ctx, role_cfg)
             self.commit(done=True, result=result)
             return result
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> submitit.helpers.DelayedSubmission:
-        """Called by submitit on USR2: make the work durable (`on_usr2`),
-        save the state, then requeue this task."""
-        self.on_usr2()
+        """Called by submitit on USR2: stop the loop and make its work
+        durable (what it registered with `ctx.on_usr2`), save the state,
+        then requeue this task."""
+        if self.ctx is not None:
+            self.ctx.stopping.set()
+            for fn in self.ctx.usr2:
+                fn()
         if self.task >= 0 and self.state:
             self.commit(checkpoints=self.state.get("checkpoints", 0) + 1)
         return super().checkpoint(*args, **kwargs)
@@ -123,19 +176,38 @@ class Role(submitit.helpers.Checkpointable):
         self.__init__(state["run_dir"])  # type: ignore[misc]
 
     # --------------------------------------------------------------- hooks
-    def initial_state(self, role_cfg: RoleConfig) -> dict[str, Any]:
+    def initial_state(self, role_cfg: Any) -> dict[str, Any]:
+        """The state of a task that never committed one."""
         return {"task": self.task, "done": False, "starts": [], "checkpoints": 0}
 
-    def run(self, cfg: Config, role_cfg: RoleConfig) -> dict[str, Any]:
+    def run(self, ctx: RunContext, cfg: Any) -> dict[str, Any]:
+        """The task's work: the role's loop on its own section `cfg`."""
         raise NotImplementedError
 
     def progress(self) -> str:
         """A short human-readable progress string, shown by `sarl status`."""
         return ""
 
-    def on_usr2(self) -> None:
-        """Preemption or time limit, from a signal handler: commit what the
-        role can (complete groups, the last step) before it is requeued."""
+    # ------------------------------------------------------ recovery hooks
+    # Called by the recovery round (rl.run.recovery), in a process of its
+    # own, with the run directory's layout; the defaults do nothing.
+
+    @staticmethod
+    def restart_also(rd: RunLayout, tasks: int) -> list[tuple[int, str]]:
+        """Tasks of this role to start again although they did not die, with
+        why (a rollout worker that ended before a share was handed to it)."""
+        return []
+
+    @staticmethod
+    def before_restart(rd: RunLayout, task: int) -> None:
+        """Make a task that `restart_also` named ready to start again."""
+
+    @staticmethod
+    def on_given_up(rd: RunLayout, task: int, tasks: int, running: set[int], given_up: set[int]) -> dict[str, Any]:
+        """`task` died in a loop and is given up: take care of its work
+        (`running`: this role's live tasks; `given_up`: those given up,
+        `task` among them). Returns what to add to its recovery record."""
+        return {}
 
     # ---------------------------------------------------------------- state
     def progressed(self) -> None:
@@ -177,8 +249,26 @@ class Role(submitit.helpers.Checkpointable):
         )
 
     def rebeat(self) -> None:
-        """The last beat again, with the time of now (rl.run.recovery.Beat)."""
+        """The last beat again, with the time of now (rl.run.heartbeat.Beat)."""
         self.beat(**self._beat_info)
+
+    @contextlib.contextmanager
+    def _recovering(self, cfg: Config) -> Iterator[None]:
+        """While the task runs: its beat thread, and on task 0 the watcher."""
+        rc = cfg.run.recovery
+        if not rc.enabled or self.rank != 0:
+            yield
+            return
+        threads: list[Beat | Watcher] = [Beat(self.rebeat, rc.beat_s)]
+        if self.task == 0:
+            threads.append(Watcher(self.run_dir, rc.check_s))
+        for t in threads:
+            t.start()
+        try:
+            yield
+        finally:
+            for t in threads:
+                t.stop.set()
 
     # --------------------------------------------------- local parallelism
     @contextlib.contextmanager

@@ -1,18 +1,10 @@
-"""The run directory: the single source of truth of a run.
+"""The run directory as the run machinery sees it: the single source of
+truth of a run (its layout: rl.layout).
 
-    runs/NAME/
-      run.toml          resolved config, frozen at the first submit
-      config-history.jsonl  mid-run-safe changes accepted since, one line each
-      store.zarr/       the exchange between roles
-      checkpoints/      role state: ROLE/task-NNNNNN.json, learner checkpoints
-      heartbeats/       ROLE/task-NNNNNN.json: last sign of life of each task
-      submissions/      ROLE/NNNN.json: one record per submitted job or array
-      endpoints/        generator heartbeats (host, port, version)
-      tb/               TensorBoard event files, one folder per role
-      logs/             submitit folders, ROLE/ per role
-
-Every file is committed through rl.fsio: a reader sees the old content or the
-new one, never a torn write.
+The config is frozen in run.toml at the first submit; later submits and
+`sarl resume --set` may change only mid-run-safe keys, each change logged
+in config-history.jsonl. Submission records and the run's lock serialise
+the commands that submit or cancel jobs.
 """
 
 from __future__ import annotations
@@ -20,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,42 +19,12 @@ from typing import Any
 
 from rl.config import Config, ConfigError, dump_toml, load_config, to_plain, unsafe_changes, validate_config
 from rl.fsio import atomic_write, commit_dir, read_json, write_json
+from rl.layout import SUBDIRS, RunLayout
 
-SUBDIRS = ("store.zarr", "checkpoints", "heartbeats", "submissions", "endpoints", "tb", "logs")
 
-
-class RunDir:
-    """Paths and records of one run directory."""
-
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path).resolve()
-
-    # ---------------------------------------------------------------- paths
-    @property
-    def config_path(self) -> Path:
-        return self.path / "run.toml"
-
-    def logs(self, role: str) -> Path:
-        return self.path / "logs" / role
-
-    def state_path(self, role: str, task: int) -> Path:
-        return self.path / "checkpoints" / role / f"task-{task:06d}.json"
-
-    def heartbeat_path(self, role: str, task: int) -> Path:
-        return self.path / "heartbeats" / role / f"task-{task:06d}.json"
-
-    @property
-    def started_at(self) -> float:
-        """When the run directory was created (seconds since the epoch): the
-        origin of the curves whose step is a time, so that a restarted task
-        goes on from where its predecessor stopped."""
-        try:
-            return float((self.path / "created_at").read_text())
-        except (OSError, ValueError):  # a run directory from before the file existed
-            return self.config_path.stat().st_mtime
-
-    def exists(self) -> bool:
-        return self.config_path.is_file()
+class RunDir(RunLayout):
+    """A run directory as the run machinery sees it: its paths
+    (rl.layout), frozen config, submissions and lock."""
 
     def all_done(self, role: str) -> bool:
         """Every task of `role` committed `done` (the count read afresh from

@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rl.fsio import read_json
+from rl.run.deaths import given_up
 from rl.run.executors import LIVE_STATES, SubmitError, failure_text, local_state, slurm_states, submission_label
-from rl.run.recovery import given_up
 from rl.run.rundir import RunDir
 
 
@@ -145,8 +145,8 @@ def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) ->
                 ts.reason = "; ".join(w for w in why if w)
         if state.get("done"):
             ts.status = "DONE"
-            if "adopted_by" in state:  # given up; another worker played its share (rl.rollout.shares)
-                ts.progress = f"given up; its groups were played by {role} task {state['adopted_by']}"
+            if state.get("ended_as"):  # how a task ended that its own process did not finish (given up, taken over)
+                ts.progress = state["ended_as"]
         elif ts.failed:
             stopped = given_up(rd, role, task)
             if stopped:  # the watchers no longer start it (rl.run.recovery)

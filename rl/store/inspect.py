@@ -12,7 +12,7 @@ from typing import Any
 
 from rl.store import Store
 from rl.store.rollouts import Cursor
-from rl.store.zgroup import MARKER, Damage, StoreError, read_marker
+from rl.store.zgroup import Damage, StoreError, read_marker
 
 
 def _tree(path: Path) -> tuple[int, int]:
@@ -91,20 +91,10 @@ def inspect(
         "checkpoint": checkpoint,
         "uncommitted_leftovers": leftovers,
     }
-    state = {}
-    sfolder = store.path / "state"
-    if sfolder.is_dir():
-        for t in sorted(p for p in sfolder.iterdir() if p.is_dir()):
-            seqs = sorted(int(p.name) for p in t.iterdir() if p.name.isdigit() and (p / MARKER).exists())
-            if seqs:
-                state[t.name] = {"latest": seqs[-1], "kept": len(seqs)}
-                store.get_state(t.name)
-                damage += store.damaged
     return {
         "store": str(store.path),
         "weights": weights,
         "rollouts": rollouts,
-        "state": state,
         "damaged": [{"path": d.path, "reason": d.reason} for d in damage],
     }
 
@@ -149,8 +139,6 @@ def render(info: dict[str, Any]) -> str:
             f"          uncommitted leftovers of dead writers: {len(r['uncommitted_leftovers'])} "
             f"(swept when that writer restarts)"
         )
-    for name, s in info["state"].items():
-        lines.append(f"state     {name}: snapshot {s['latest']} ({s['kept']} kept)")
     if info["damaged"]:
         lines.append(f"DAMAGED   {len(info['damaged'])} entries skipped (the rest of the store is usable):")
         lines += [f"          {d['path']}: {d['reason']}" for d in info["damaged"]]

@@ -1,6 +1,6 @@
-"""Generated tasks (`sarl tasks generate`) and deterministic splits (`sarl tasks split`).
+"""Synthesised tasks (`sarl tasks generate`) and deterministic splits (`sarl tasks split`).
 
-Generation round-robins over the chosen families and levels. Task i is
+Synthesis round-robins over the chosen families and levels. Task i is
 drawn from a random stream seeded by (seed, family, level, i, attempt), so
 a seed gives the same file on any machine, and a task does not change when
 `-n` grows. A draw that duplicates an earlier task (the same normalised
@@ -20,14 +20,14 @@ from typing import Any
 import numpy as np
 
 from rl.errors import SarlError
+from rl.tasks.dedup import minhash, normalise
 from rl.tasks.families import FAMILIES, LEVELS, SpecError, build
 from rl.tasks.format import Task
-from rl.tasks.validation import minhash, normalise
 
 ATTEMPTS = 25
 
 
-class GenerateError(SarlError, ValueError):
+class SynthesisError(SarlError, ValueError):
     exit_code = 2
 
 
@@ -49,13 +49,13 @@ class _Distinct:
         return True
 
 
-def generate(family: str, n: int, seed: int, difficulty: int | None = None) -> list[Task]:
+def synthesize(family: str, n: int, seed: int, difficulty: int | None = None) -> list[Task]:
     if family != "all" and family not in FAMILIES:
-        raise GenerateError(f"--family {family!r}: not a family; choose 'all' or one of {', '.join(FAMILIES)}")
+        raise SynthesisError(f"--family {family!r}: not a family; choose 'all' or one of {', '.join(FAMILIES)}")
     if difficulty is not None and difficulty not in LEVELS:
-        raise GenerateError(f"--difficulty {difficulty}: levels are {', '.join(map(str, LEVELS))}")
+        raise SynthesisError(f"--difficulty {difficulty}: levels are {', '.join(map(str, LEVELS))}")
     if n < 1:
-        raise GenerateError(f"-n {n}: generate at least one task")
+        raise SynthesisError(f"-n {n}: generate at least one task")
     families = list(FAMILIES.values()) if family == "all" else [FAMILIES[family]]
     levels = [difficulty] if difficulty is not None else list(LEVELS)
     combos = [(f, lvl) for lvl in levels for f in families]
@@ -75,7 +75,7 @@ def generate(family: str, n: int, seed: int, difficulty: int | None = None) -> l
                 out.append(task)
                 break
         else:
-            raise GenerateError(
+            raise SynthesisError(
                 f"family {fam.name} at level {level}: no new distinct task in {ATTEMPTS} draws after "
                 f"{len(out)} tasks; ask for fewer"
             )
@@ -85,7 +85,7 @@ def generate(family: str, n: int, seed: int, difficulty: int | None = None) -> l
 def split(tasks: list[Task], held_out: float, seed: int) -> tuple[list[Task], list[Task]]:
     """(train, held-out), each in the input's order; stratified by family and level."""
     if not 0.0 < held_out < 1.0:
-        raise GenerateError(f"--held-out {held_out}: a fraction strictly between 0 and 1")
+        raise SynthesisError(f"--held-out {held_out}: a fraction strictly between 0 and 1")
     strata: dict[str, list[int]] = {}
     for i, t in enumerate(tasks):
         key = f"{t.metadata.get('family', '')}/{t.metadata.get('difficulty', '')}"
@@ -98,5 +98,5 @@ def split(tasks: list[Task], held_out: float, seed: int) -> tuple[list[Task], li
     train = [t for i, t in enumerate(tasks) if i not in chosen]
     held = [t for i, t in enumerate(tasks) if i in chosen]
     if not train or not held:
-        raise GenerateError(f"--held-out {held_out} of {len(tasks)} tasks leaves one side empty")
+        raise SynthesisError(f"--held-out {held_out} of {len(tasks)} tasks leaves one side empty")
     return train, held

@@ -1,4 +1,4 @@
-"""The agent that runs inside a persistent sandbox (stdlib only, Python >= 3.8).
+"""The resident process that runs inside a persistent sandbox (stdlib only, Python >= 3.8).
 
 It is the sandbox's only long-lived process besides bubblewrap's init. The
 host talks to it over its stdin/stdout: each message is a 4-byte header
@@ -12,7 +12,7 @@ length, a 4-byte payload length, a JSON header, then the payload bytes.
   reset    kill every process, empty /sandbox and /tmp, empty this uid's
            keyrings, then start over as a fresh interpreter (exec): no byte
            of the episode before stays in memory for the next one to find.
-           The new agent greets the host again
+           The new resident greets the host again
   ping     liveness
 
 After every exec or snippet it kills every other process of the sandbox's
@@ -219,7 +219,7 @@ def describe(status):
     return os.WEXITSTATUS(status), None
 
 
-# ----------------------------------------------------------------- the agent
+# ----------------------------------------------------------------- the resident
 
 
 def _kill_tree():
@@ -433,7 +433,7 @@ NET = "/run/sarl/net"  # allow-listed ports: a Unix socket per port, relayed by 
 
 
 def _start_over():
-    """Empty this uid's keyrings and exec a fresh agent on the same pipes."""
+    """Empty this uid's keyrings and exec a fresh resident on the same pipes."""
     try:
         import keys
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from pydantic import Field
 
-from rl.run.config import RoleConfig
+from rl.schema import RoleConfig
 
 
-class ValidateRole(RoleConfig):
+class ValidationRole(RoleConfig):
     """Task validation as a job array: each array task validates every
     `tasks`-th task of `tasks_file`; `sarl tasks report RUN_DIR` merges."""
 

@@ -1,30 +1,20 @@
-"""Task quality: validation and deduplication.
+"""Task validation: is each task fit to train on?
 
-* `validate()` runs every task's reference (several times: results must be
-  identical, else the task is flaky and quarantined), an empty and several
-  trivial solutions (none may pass), and flags tests that have no case
-  calling the candidate and references that exceed their limits.
-* `duplicates()` finds exact duplicates (prompt and tests equal once comments,
-  docstrings and whitespace are normalised away) and near-duplicates
-  (MinHash over token 5-shingles; estimated Jaccard >= `threshold`).
-
-The pool of tasks that a run draws from (statistics, difficulty, dynamic
-sampling) is rl.tasks.pool.
+`validate()` runs every task's reference (several times: results must be
+identical, else the task is flaky and quarantined), an empty and several
+trivial solutions (none may pass), and flags tests that have no case
+calling the candidate, references that exceed their limits, and duplicates
+(rl.tasks.dedup).
 """
 
 from __future__ import annotations
 
 import ast
-import io
-import re
-import tokenize
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-import xxhash
-
+from rl.tasks.dedup import duplicates
 from rl.tasks.format import Task
 from rl.verify.verifier import Verifier
 
@@ -108,78 +98,6 @@ def assertless_cases(task: Task) -> list[int]:
         asserts = any(isinstance(n, ast.Assert) for n in ast.walk(stmt))
         if calls and not asserts:
             out.append(stmt.lineno)
-    return out
-
-
-# --------------------------------------------------------------- duplicates
-
-
-def normalise(code: str) -> str:
-    """Code without comments, docstrings and layout: what makes two tasks the same."""
-    try:
-        tree = ast.parse(code)
-        for node in ast.walk(tree):
-            body = getattr(node, "body", None)
-            if not isinstance(body, list) or not body:
-                continue
-            first = body[0]
-            if (
-                isinstance(first, ast.Expr)
-                and isinstance(first.value, ast.Constant)
-                and isinstance(first.value.value, str)
-            ):
-                body[0] = ast.Pass()  # a docstring
-        code = ast.unparse(tree)
-    except SyntaxError:
-        pass
-    return re.sub(r"\s+", " ", code).strip()
-
-
-def _tokens(code: str) -> list[str]:
-    try:
-        return [
-            t.string
-            for t in tokenize.generate_tokens(io.StringIO(code).readline)
-            if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT)
-        ]
-    except (tokenize.TokenError, IndentationError, SyntaxError):
-        return code.split()
-
-
-_RNG = np.random.default_rng(20241130)
-_A = _RNG.integers(1, 2**63, 128, dtype=np.uint64) | np.uint64(1)  # odd multipliers
-_B = _RNG.integers(0, 2**63, 128, dtype=np.uint64)
-
-
-def minhash(text: str, k: int = 5) -> np.ndarray:
-    """128 MinHash values of the token k-shingles (one xxh3 per shingle, then
-    128 multiply-add hashes mod 2^64, vectorised)."""
-    toks = _tokens(text)
-    shingles = {" ".join(toks[i : i + k]) for i in range(max(1, len(toks) - k + 1))}
-    x = np.fromiter((xxhash.xxh3_64_intdigest(s.encode()) for s in shingles), dtype=np.uint64, count=len(shingles))
-    with np.errstate(over="ignore"):
-        return (_A[:, None] * x[None, :] + _B[:, None]).min(axis=1)
-
-
-def duplicates(tasks: list[Task], threshold: float = 0.8) -> dict[str, str]:
-    """task_id -> why it duplicates an earlier task (the first of each kind is kept)."""
-    out: dict[str, str] = {}
-    exact: dict[str, str] = {}
-    sigs: list[tuple[str, np.ndarray]] = []
-    for t in tasks:
-        key = normalise(t.prompt) + "\0" + normalise(t.tests)
-        if key in exact:
-            out[t.task_id] = f"duplicate of {exact[key]}"
-            continue
-        exact[key] = t.task_id
-        sig = minhash(t.prompt + "\n" + t.tests)
-        for other, osig in sigs:
-            j = float(np.mean(sig == osig))
-            if j >= threshold:
-                out[t.task_id] = f"near-duplicate of {other} (estimated Jaccard {j:.2f})"
-                break
-        else:
-            sigs.append((t.task_id, sig))
     return out
 
 

@@ -1,0 +1,1 @@
+"""The `smoke` role: a plumbing check of a cluster, with no model."""
