@@ -9,6 +9,15 @@ import importlib
 from pathlib import Path
 from typing import Any
 
+MODULES = {
+    "generate": "engine_throughput",
+    "learner": "learner_step",
+    "learn": "heldout_gain",
+    "rl": "whole_run",
+}
+"""The module of each benchmark whose command's name would not say what it
+measures (otherwise the module is named as the command)."""
+
 
 def add_commands(sub: Any) -> None:
     q = sub.add_parser("bench", help="benchmarks, each beside a baseline measured in the same run")
@@ -18,7 +27,7 @@ def add_commands(sub: Any) -> None:
         b = bsub.add_parser(name, help=help)
         b.add_argument("--quick", action="store_true", help=quick)
         b.add_argument("--json", action="store_true", help="print one JSON object")
-        b.set_defaults(handler=run, bench=f"rl.bench.{name}:bench_{name}")
+        b.set_defaults(handler=run, bench=f"rl.bench.{MODULES.get(name, name)}:bench_{name}")
         return b
 
     b = bench("store", "weights publish/load vs safetensors; delta vs full; rollout records/s", "under a minute")

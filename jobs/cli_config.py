@@ -1,4 +1,4 @@
-"""`sarl config show | schema`: the run configuration."""
+"""`sarl config show | schema | reference`: the run configuration."""
 
 from __future__ import annotations
 
@@ -19,10 +19,14 @@ def add_commands(sub: Any) -> None:
     s.set_defaults(handler=show)
     s = csub.add_parser("schema", help="print the JSON schema of run.toml")
     s.set_defaults(handler=schema, json=True)
+    s = csub.add_parser("reference", help="print every config key with its documentation, as Markdown")
+    s.add_argument("-o", "--output", type=Path, help="write it to this file (docs/configuration.md)")
+    s.set_defaults(handler=reference)
 
 
 def show(args: argparse.Namespace) -> int:
-    from rl.config import describe_fields, dump_toml, load_config
+    from rl.config import dump_toml, load_config
+    from rl.configdoc import describe_fields
 
     cfg = load_config(args.config, args.overrides, args.cluster)
     if args.doc:
@@ -38,4 +42,16 @@ def schema(args: argparse.Namespace) -> int:
     from rl.config import Config
 
     emit_json(Config.model_json_schema(), indent=1)
+    return 0
+
+
+def reference(args: argparse.Namespace) -> int:
+    from rl.configdoc import reference as page
+    from rl.fsio import atomic_write
+
+    text = page()
+    if args.output is None:
+        print(text, end="")
+    else:
+        atomic_write(args.output, text)
     return 0

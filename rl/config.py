@@ -549,15 +549,3 @@ def unsafe_changes(old: Config, new: Config) -> tuple[list[str], list[str]]:
     """Split the differences between two configs into (safe, unsafe) keys."""
     changed = config_diff(to_plain(old), to_plain(new))
     return [k for k in changed if _is_safe(k)], [k for k in changed if not _is_safe(k)]
-
-
-def describe_fields(model: type[BaseModel] = Config, prefix: str = "") -> list[tuple[str, str, bool]]:
-    """(dotted key, doc, mid_run_safe) for every field, for `sarl config show --doc`."""
-    rows = []
-    for name, field in model.model_fields.items():
-        key = prefix + name
-        extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        rows.append((key, (field.description or "").replace("\n", " "), bool(extra.get("mid_run_safe"))))
-        for sub in models_in(field.annotation):
-            rows += [r for r in describe_fields(sub, key + ".") if r not in rows]
-    return rows

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,44 @@ def test_every_tagged_union_uses_the_type_key() -> None:
                 assert field.discriminator == TAG, f"{m.__name__}.{name}"
             todo += members
     assert unions >= 3  # executor, sandbox.backend, generator.engine
+
+
+# ---------------------------------------------------------------- the docs
+
+
+def test_the_configuration_reference_is_the_schemas(workdir: Path) -> None:
+    """docs/configuration.md is generated (`sarl config reference -o ...`):
+    a field added, removed or documented anew without regenerating it fails
+    here."""
+    from conftest import REPO
+
+    from rl.configdoc import reference
+
+    page = reference()
+    assert (REPO / "docs" / "configuration.md").read_text() == page, (
+        "docs/configuration.md is stale: sarl config reference -o docs/configuration.md"
+    )
+    for key in ("run.max_staleness", "rollout.groups_per_step", "learner.samples_per_step", "generator.engine.type"):
+        assert f"**`{key}`**" in page
+    assert "(`int | none`, resolved from `generator.engine.max_model_len`)" in page  # rollout.max_model_len
+    out = sarl("config", "reference", cwd=workdir)
+    assert out.stdout == page
+
+
+def test_the_readmes_example_config_is_valid(workdir: Path) -> None:
+    """The run config the README shows validates as it stands (with its task files present)."""
+    import re
+
+    from conftest import REPO
+
+    from rl.tasks.format import write_tasks
+    from rl.tasks.synthesis import synthesize
+
+    readme = (REPO / "README.md").read_text()
+    body = re.search(r"```toml\n(.*?)```", readme, re.S)
+    assert body is not None
+    tasks = synthesize("arithmetic", 6, seed=1)
+    write_tasks(workdir / "train.jsonl", tasks[:4])
+    write_tasks(workdir / "heldout.jsonl", tasks[4:])
+    cfg = validate_config(tomllib.loads(body.group(1)), "README.md", cluster="local", base_dir=workdir)
+    assert set(cfg.roles()) == {"generator", "rollout", "learner", "eval"}

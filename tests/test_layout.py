@@ -26,7 +26,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("engines, checks and the agent", ["rl.engine", "rl.verify", "rl.agent"]),
     ("the run context", ["rl.context"]),
     ("the roles, in submission order", [f"rl.{name}" for name in ROLES]),
-    ("the run schema", ["rl.config"]),
+    ("the run schema", ["rl.config", "rl.configdoc"]),
     ("the run machinery", ["rl.run"]),
     ("tools", ["rl.chaos", "rl.bench"]),
     ("entry points", ["jobs"]),

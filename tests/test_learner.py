@@ -61,10 +61,13 @@ def _commit_rollouts(run: Path, tiny_model: Path, groups: int, group_size: int =
 
 
 def _config(tiny_model: Path, steps: int, extra: str = "", ranks: int = 1) -> str:
+    """A learner alone, on batches the test commits, all sampled by version 0:
+    the staleness bound is set past the run's steps, so that none is dropped."""
     return f"""
 [run]
 name = "l"
 root = "runs"
+max_staleness = 1000
 [run.recovery]
 enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
 [executor]

@@ -289,11 +289,19 @@ def test_escapes_by_setsid_and_double_fork_are_killed_before_the_next_command(sb
     assert out.strip() == "0"
 
 
+def _expected_cgroup() -> str:
+    """How this machine's sandboxes are limited: `cgroup v1 <own memory
+    cgroup>` on v1 (or hybrid), `cgroup v2 <own cgroup>` on a v2-only host."""
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    if Path("/sys/fs/cgroup/memory").is_dir():
+        return "cgroup v1 " + next(line.split(":", 2)[2] for line in lines if ":memory:" in line)
+    assert Path("/sys/fs/cgroup/cgroup.controllers").exists(), "neither cgroup v1 nor v2 is mounted"
+    return "cgroup v2 " + next(line.split(":", 2)[2] for line in lines if line.startswith("0::"))
+
+
 def test_results_say_how_each_limit_was_enforced(sb: BwrapSandbox) -> None:
     r = sb.run_snippet("pass")
-    lines = Path("/proc/self/cgroup").read_text().splitlines()
-    own = next(line.split(":", 2)[2] for line in lines if ":memory:" in line)
-    assert r.enforced["memory"] == r.enforced["processes"] == f"cgroup v1 {own}"
+    assert r.enforced["memory"] == r.enforced["processes"] == _expected_cgroup()
     assert r.enforced["wall_time"] == "resident" and r.enforced["disk"] == "tmpfs"
 
 

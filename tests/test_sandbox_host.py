@@ -83,14 +83,32 @@ def test_slot_lock_files_are_private_to_the_worker(monkeypatch: pytest.MonkeyPat
         slot.release()
 
 
+def _job_cgroup() -> tuple[Path, str, str]:
+    """A stand-in for a Slurm job's cgroup, as a child of this process's own:
+    (its folder, how a sandbox result names it, the line of a sandbox's
+    /proc/PID/cgroup that must lie under it). cgroup v1 (or hybrid): the
+    memory controller's hierarchy; v2 only: the unified one, where the
+    memory and pids controllers must be delegated to the child."""
+    if Path("/sys/fs/cgroup/memory").is_dir():
+        return Path("/sys/fs/cgroup/memory/sarl-test-job"), "cgroup v1 /sarl-test-job", ":memory:"
+    lines = Path("/proc/self/cgroup").read_text().splitlines()
+    own = next(line.split(":", 2)[2] for line in lines if line.startswith("0::"))
+    parent = Path("/sys/fs/cgroup") / own.lstrip("/")
+    controllers = (parent / "cgroup.subtree_control").read_text().split()
+    if not {"memory", "pids"} <= set(controllers):
+        pytest.skip(f"cgroup v2: {parent} does not delegate memory and pids to its children ({controllers})")
+    job = parent / "sarl-test-job"
+    return job, f"cgroup v2 {own.rstrip('/')}/sarl-test-job", "0::"
+
+
 def test_sandbox_cgroups_sit_under_the_callers_own_cgroup(tmp_path: Path) -> None:
     """A Slurm job's memory limit must cover its sandboxes: they are children
-    of the job's cgroup, wherever that is."""
-    job = Path("/sys/fs/cgroup/memory/sarl-test-job")
+    of the job's cgroup, wherever that is, in cgroup v1 or v2."""
+    job, named, line_of = _job_cgroup()
     job.mkdir(exist_ok=True)
     code = (
         "import os, sys\n"
-        "open('/sys/fs/cgroup/memory/sarl-test-job/cgroup.procs', 'w').write(str(os.getpid()))\n"
+        f"open({str(job / 'cgroup.procs')!r}, 'w').write(str(os.getpid()))\n"
         "from sandboxes import open_sandbox\n"
         "with open_sandbox() as sb:\n"
         "    r = sb.run_snippet('pass')\n"
@@ -100,11 +118,12 @@ def test_sandbox_cgroups_sit_under_the_callers_own_cgroup(tmp_path: Path) -> Non
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
         assert out.returncode == 0, out.stderr
-        assert "cgroup v1 /sarl-test-job" in out.stdout
-        memory = next(line for line in out.stdout.splitlines() if ":memory:" in line)
-        assert memory.split(":", 2)[2].startswith("/sarl-test-job/sarl/sb"), memory
+        assert named in out.stdout, out.stdout
+        where = next(line for line in out.stdout.splitlines() if line_of in line and "/sarl-test-job" in line)
+        inside = where.split(":", 2)[2].removeprefix(named.split(" ", 2)[2])
+        assert inside.startswith(("/sarl/sb", "/sarl-sb")), where  # v1: <job>/sarl/sbN; v2: <job>/sarl-sbN
     finally:
-        for child in sorted(job.glob("sarl/*"), reverse=True):
+        for child in sorted([*job.glob("sarl/*"), *job.glob("sarl-*")], reverse=True):
             if child.is_dir():
                 child.rmdir()
         for d in (job / "sarl", job):

@@ -1,4 +1,5 @@
-"""The `hf` backend: transformers `generate`, batched with left padding."""
+"""The `hf` backend: transformers `generate`, batched with left padding, on
+the first CUDA device when torch sees one, else on the CPU."""
 
 from __future__ import annotations
 
@@ -23,7 +24,9 @@ class HFEngine(Engine):
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.torch = torch
+        self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype)).eval()
+        self.model.to(self.device)
         self.tokenizer = load_tokenizer(path)
         self.eos = stop_ids(self.tokenizer)
         self.pad = self.eos[0]
@@ -54,9 +57,9 @@ class HFEngine(Engine):
         with self.lock, torch.no_grad():
             if params.seed is not None:
                 torch.manual_seed(params.seed)
-            out = self.model.generate(input_ids=ids, attention_mask=mask, **kwargs)
-        sampled = out.sequences[:, width:]
-        logits = torch.stack(out.logits, dim=1).float()
+            out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
+        sampled = out.sequences[:, width:].cpu()
+        logits = torch.stack(out.logits, dim=1).float().cpu()
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, sampled[..., None])[..., 0]
         rows = [self._trim(sampled[i].tolist(), logprobs[i].tolist(), ends, params) for i in range(len(flat))]
         return [rows[k * params.n : (k + 1) * params.n] for k in range(len(prompts))]
@@ -94,5 +97,5 @@ class HFEngine(Engine):
         with self.lock, self.torch.no_grad():
             for name, t in tensors.items():
                 if name in params:
-                    params[name].copy_(t)
+                    params[name].copy_(t)  # copy_ moves it to the parameter's device
         self.version = version

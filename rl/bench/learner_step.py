@@ -164,7 +164,7 @@ def _child(side: str, n: int, max_len: int, micro: int, steps: int, dtype: str) 
 
 
 def _run_side(side: str, n: int, max_len: int, micro: int, steps: int, dtype: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "rl.bench.learner", side, str(n), str(max_len), str(micro), str(steps), dtype]
+    cmd = [sys.executable, "-m", "rl.bench.learner_step", side, str(n), str(max_len), str(micro), str(steps), dtype]
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     line = next((x for x in proc.stdout.splitlines() if x.startswith("BENCH ")), None)
     if proc.returncode != 0 or line is None:
