@@ -15,12 +15,19 @@ length, a 4-byte payload length, a JSON header, then the payload bytes.
            The new resident greets the host again
   ping     liveness
 
-After every exec or snippet it kills every other process of the sandbox's
-pid namespace (`kill(-1)`), so nothing a command left behind (setsid, double
-fork, daemons) survives into the next one. It marks itself non-dumpable, so
-code running as the same uid cannot read its memory or open its pipes
-through /proc; that code can still kill it, which the host sees as a dead
-sandbox and replaces.
+The resident itself never reads a message. For each one it forks a handler
+from its clean self, which reads the message, runs it (forking the command
+or snippet from the handler), answers, and exits. A snippet therefore
+inherits the memory of its own message only: nothing of an earlier
+sample, episode or task (their code, files, outputs, hidden tests) was ever
+in the process it was forked from. After every message, and inside the
+handler after every exec or snippet, every other process of the sandbox's
+pid namespace is killed, so nothing a command left behind (setsid, double
+fork, daemons) survives into the next one. The resident and its handlers
+are non-dumpable, and the seccomp filter refuses to make a process dumpable
+again (sandboxes/seccomp.py), so code running as the same uid cannot read
+their memory or open their pipes through /proc; that code can still kill
+them, which the host sees as a dead sandbox and replaces.
 
 `Watch` (which limit fired) is shared with the host, which imports this file
 for one-shot runs.
@@ -222,14 +229,22 @@ def describe(status):
 # ----------------------------------------------------------------- the resident
 
 
-def _kill_tree():
-    """SIGKILL every process of this pid namespace except init and ourselves."""
-    me = os.getpid()
+def _kill_tree(keep=()):
+    """SIGKILL every process of this pid namespace but init, ourselves and
+    `keep` (a handler keeps the resident that forked it), and reap ours."""
+    spare = {1, os.getpid(), *keep}
     for _ in range(200):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        if not keep:
+            try:
+                os.kill(-1, signal.SIGKILL)  # all but init and us, at once: a fork bomb cannot outrun it
+            except ProcessLookupError:
+                pass
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in spare]
+        for pid in others if keep else ():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         while True:  # reap our own children
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
@@ -237,7 +252,6 @@ def _kill_tree():
                 break
             if pid == 0:
                 break
-        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
         if not others:
             return
         time.sleep(0.001)
@@ -360,7 +374,7 @@ def _run(header, payload, code=None):
         limit = "cpu_time"
     if limit is None and status is not None and os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGXFSZ:
         limit = "disk"
-    _kill_tree()
+    _kill_tree(keep=(os.getppid(),))
     if status is None:
         try:
             _, status = os.waitpid(pid, 0)
@@ -443,6 +457,10 @@ def _start_over():
     os.execv(sys.executable, getattr(sys, "orig_argv", [sys.executable, "-I", "-B", os.path.abspath(__file__)]))
 
 
+_EOF, _RESTART = 3, 4
+"""Exit codes of a handler: the host closed our stdin; the host asked for a reset."""
+
+
 def serve():
     # modules snippets commonly need (the verifier's runner among them), imported
     # once here so that every forked snippet starts with them
@@ -465,50 +483,75 @@ def serve():
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     _send({"ok": True, "ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
     while True:
+        select.select([0], [], [])  # a message (or the end) waits: it is read by a handler, never here
+        pid = os.fork()
+        if pid == 0:
+            code = 1
+            try:
+                code = _handle()
+            finally:
+                os._exit(code)
         try:
-            hlen, plen = HEADER.unpack(_read_exact(HEADER.size))
-            header = json.loads(_read_exact(hlen))
-            payload = _read_exact(plen) if plen else b""
-        except EOFError:
+            _, status = os.waitpid(pid, 0)
+        except ChildProcessError:
+            status = None
+        _kill_tree()  # whatever the message left behind, before the next one
+        code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+        if code == _EOF:
             return
-        op = header.get("op")
-        try:
-            if op == "exec":
-                reply, data = _run(header, payload)
-            elif op == "snippet":
-                # files to write first, then the code; and, when asked, a reset
-                # after it: an episode's setup, run and cleanup in one message
-                off = 0
-                for path, n, mode in header.get("files", ()):
-                    _write(path, payload[off : off + n], mode)
-                    off += n
-                code = payload[off:].decode()
-                if header.get("cache"):
-                    code = _compiled(code)
-                reply, data = _run(header, b"", code=code)
-                if header.get("reset_after"):
-                    for root in (WORK, "/tmp"):
-                        _wipe(root)
-            elif op == "write":
-                _write(header["path"], payload, header.get("mode", 0o644))
-                reply, data = {"ok": True}, b""
-            elif op == "read":
-                with open(header["path"], "rb") as f:
-                    data = f.read(header.get("max_bytes", 1 << 30))
-                reply = {"ok": True}
-            elif op == "reset":
-                _kill_tree()
+        if code == _RESTART:
+            _start_over()
+        if code != 0:  # killed mid-message (by the code it ran): the host sees the pipe close
+            os._exit(1)
+
+
+def _handle():
+    """Read one message, run it, answer; the exit code tells the resident what next."""
+    try:
+        hlen, plen = HEADER.unpack(_read_exact(HEADER.size))
+        header = json.loads(_read_exact(hlen))
+        payload = _read_exact(plen) if plen else b""
+    except EOFError:
+        return _EOF
+    op = header.get("op")
+    try:
+        if op == "exec":
+            reply, data = _run(header, payload)
+        elif op == "snippet":
+            # files to write first, then the code; and, when asked, a reset
+            # after it: an episode's setup, run and cleanup in one message
+            off = 0
+            for path, n, mode in header.get("files", ()):
+                _write(path, payload[off : off + n], mode)
+                off += n
+            code = payload[off:].decode()
+            if header.get("cache"):
+                code = _compiled(code)
+            reply, data = _run(header, b"", code=code)
+            if header.get("reset_after"):
                 for root in (WORK, "/tmp"):
                     _wipe(root)
-                _send({"ok": True, "restarting": True})
-                _start_over()
-            elif op == "ping":
-                reply, data = {"ok": True}, b""
-            else:
-                reply, data = {"ok": False, "error": "unknown op %r" % op}, b""
-        except OSError as e:
-            reply, data = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}, b""
-        _send(reply, data)
+        elif op == "write":
+            _write(header["path"], payload, header.get("mode", 0o644))
+            reply, data = {"ok": True}, b""
+        elif op == "read":
+            with open(header["path"], "rb") as f:
+                data = f.read(header.get("max_bytes", 1 << 30))
+            reply = {"ok": True}
+        elif op == "reset":
+            _kill_tree(keep=(os.getppid(),))
+            for root in (WORK, "/tmp"):
+                _wipe(root)
+            _send({"ok": True, "restarting": True})
+            return _RESTART
+        elif op == "ping":
+            reply, data = {"ok": True}, b""
+        else:
+            reply, data = {"ok": False, "error": "unknown op %r" % op}, b""
+    except OSError as e:
+        reply, data = {"ok": False, "error": "%s: %s" % (type(e).__name__, e)}, b""
+    _send(reply, data)
+    return 0
 
 
 if __name__ == "__main__":

@@ -163,21 +163,46 @@ MEMORY_SCAN = (
 )
 
 
-def test_the_next_episode_finds_nothing_of_the_last_in_the_agents_memory() -> None:
-    """The scanner knows only the secret's hash, so it can find the secret only
-    where an earlier request left it."""
+def test_nothing_of_one_request_is_in_the_memory_of_the_next() -> None:
+    """A secret that one snippet held (its code, a file it wrote, what it
+    printed) is in no later snippet's memory: not the next one, not one
+    after a `reset_after`, not one after a reset. Each snippet is forked from
+    a handler that read its own message only, from a resident that reads
+    none. The scanner knows only the secret's hash; run in the snippet that
+    holds the secret, it finds it (the scan works)."""
     import hashlib
 
     secret = os.urandom(16).hex()
     scan = MEMORY_SCAN.format(digest=hashlib.sha256(secret.encode()).hexdigest())
     leave = f"s = '<<<{secret}>>>'\nprint(s * 2000)\nopen('/sandbox/f', 'w').write(s * 100)\n"
     with open_sandbox(SandboxConfig()) as sb:
+        holder = sb.run_snippet(leave + scan, files={"/sandbox/given.txt": f"<<<{secret}>>>".encode()})
+        next_request = sb.run_snippet(scan)
+        sb.run_snippet(leave, reset_after=True)
+        after_reset_after = sb.run_snippet(scan)
         sb.run_snippet(leave)
-        same_episode = sb.run_snippet(scan)
+        sb.exec(["/bin/sh", "-c", f"echo '<<<{secret}>>>'"])
+        after_exec = sb.run_snippet(scan)
         sb.reset()
         next_episode = sb.run_snippet(scan)
-    assert same_episode.stdout == b"True\n", same_episode.stderr  # the scan finds it where it is
-    assert next_episode.stdout == b"False\n", next_episode.stderr
+    assert holder.stdout.decode().endswith("True\n"), holder.stderr  # the scan finds it where it is
+    for r in (next_request, after_reset_after, after_exec, next_episode):
+        assert r.stdout == b"False\n", r.stderr
+
+
+def test_a_snippet_cannot_make_itself_dumpable_again() -> None:
+    """Non-dumpable processes cannot be read through /proc/PID/mem by the
+    sandbox's uid; the seccomp filter keeps them so."""
+    code = (
+        "import ctypes, errno\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "print(libc.prctl(4, 1, 0, 0, 0), errno.errorcode.get(ctypes.get_errno()))\n"
+        "print(libc.prctl(3, 0, 0, 0, 0))  # PR_GET_DUMPABLE\n"
+        "print(libc.prctl(4, 0, 0, 0, 0))  # making oneself non-dumpable stays allowed\n"
+    )
+    with open_sandbox(SandboxConfig()) as sb:
+        r = sb.run_snippet(code)
+    assert r.stdout.decode().split("\n")[:3] == ["-1 EPERM", "0", "0"], (r.stdout, r.stderr)
 
 
 def test_relay_connections_are_capped_and_reaped(tmp_path: Path) -> None:

@@ -152,6 +152,43 @@ def test_a_real_solution_still_passes_after_an_attack(verifier: Verifier) -> Non
     assert verifier.verify(TASK0, TASK0.reference).passed
 
 
+def test_a_later_sample_finds_nothing_of_an_earlier_one_in_its_memory() -> None:
+    """Samples verified one after another in one warm sandbox: a solution
+    scans every writable mapping of its own process for an earlier sample's
+    secret (by its hash) and says how often it found it, in its load error.
+    The earlier sample raised an exception full of the secret while the
+    tests called it (what a verifier run left in the sandbox's memory
+    before each snippet was forked from a clean parent: one hit). A sample
+    that holds the secret itself finds it: the scan works."""
+    import hashlib
+    import os
+
+    secret = os.urandom(16).hex()
+    digest = hashlib.sha256(secret.encode()).hexdigest()
+    scan = (
+        "def _scan():\n"
+        "    import ctypes, hashlib, re\n"
+        "    found = 0\n"
+        "    for line in open('/proc/self/maps'):\n"
+        "        m = re.match(r'([0-9a-f]+)-([0-9a-f]+) rw', line)\n"
+        "        if not m:\n"
+        "            continue\n"
+        "        data = ctypes.string_at(int(m[1], 16), int(m[2], 16) - int(m[1], 16))\n"
+        "        i = data.find(b'<<<')\n"
+        "        while i >= 0:\n"
+        f"            found += hashlib.sha256(data[i + 3 : i + 35]).hexdigest() == {digest!r}\n"
+        "            i = data.find(b'<<<', i + 1)\n"
+        "    raise ValueError(f'found={found}')\n"
+        "_scan()\n"
+    )
+    with Verifier(VerifyConfig(parallel=1)) as v:  # one sandbox: every sample after the other in it
+        own = v.verify(TASK0, f"    return False\n# <<<{secret}>>>\n" + scan)
+        v.verify(TASK0, f"    raise ValueError('<<<{secret}>>>' * 300)\n")
+        later = v.verify(TASK0, "    return False\n" + scan)
+    assert "found=0" not in own.failure and "found=" in own.failure, own.failure
+    assert "found=0" in later.failure, later.failure
+
+
 # ------------------------------------------------------------ task quality
 
 
