@@ -274,10 +274,24 @@ def test_server_back_pressure_and_bad_requests(hf: Any, tok: Any, tmp_path: Path
             ({"prompts": [[]]}, 400, "prompts[0]"),
             ({"prompts": "hello"}, 400, "prompts"),
             ({"prompts": [p * 40], "sampling": {"max_tokens": 16}}, 400, "exceeds max_model_len 512"),
+            # values that pass a type check but that the engines cannot take (HF divided by a
+            # temperature of 1e-300, rounded to 0 in float32, and answered 500)
+            ({"prompts": [p], "sampling": {"temperature": 1e-300}}, 400, "sampling.temperature"),
+            ({"prompts": [p], "sampling": {"temperature": 0.001}}, 400, "sampling.temperature"),
+            ({"prompts": [p], "sampling": {"temperature": 1e9}}, 400, "sampling.temperature"),
+            ({"prompts": [p], "sampling": {"temperature": float("nan")}}, 400, "sampling.temperature"),
+            ({"prompts": [p], "sampling": {"top_p": 1e-300}}, 400, "sampling.top_p"),
+            ({"prompts": [p], "sampling": {"seed": 2**64}}, 400, "sampling.seed"),
+            ({"prompts": [p], "sampling": {"seed": -1}}, 400, "sampling.seed"),
+            ({"prompts": [p], "sampling": {"stop": ["\ud800"]}}, 400, "sampling.stop"),
+            ({"prompts": [p], "sampling": {"stop": ["x"] * 17}}, 400, "sampling.stop"),
+            ({"prompts": [p], "sampling": {"stop_token_ids": [10**6]}}, 400, "sampling.stop_token_ids[0]"),
+            ({"prompts": [p], "sampling": {"n": 10**6}}, 400, "sampling.n"),
         ]
         for req, code, words in bad:
             got, reply = _post(server.port, req)
             assert got == code and words in reply["error"], (req, got, reply)
+        assert _post(server.port, body)[0] == 200  # and it serves on
         assert _post(server.port, {}, path="/v1/completions")[0] == 404
         health = _get(server.port)[1]
         assert health["backend"] == "hf" and health["queued"] == 0 and health["served"] >= codes.count(200)

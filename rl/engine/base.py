@@ -63,7 +63,11 @@ class Engine:
 
 def check_prompts(prompts: Any, params: SamplingParams, vocab_size: int, max_model_len: int) -> list[list[int]]:
     """Validate the prompts of a request: lists of token ids within the
-    vocabulary, short enough for `max_model_len` with `max_tokens` to come."""
+    vocabulary, short enough for `max_model_len` with `max_tokens` to come;
+    and the stop token ids, within the vocabulary too."""
+    for i, t in enumerate(params.stop_token_ids):
+        if t >= vocab_size:
+            raise BadRequest(f"sampling.stop_token_ids[{i}]: {t} is not a token id (0 <= id < {vocab_size})")
     if not isinstance(prompts, list) or not prompts:
         raise BadRequest("prompts: expected a non-empty list of token id lists")
     for i, p in enumerate(prompts):

@@ -52,15 +52,27 @@ MAX_STOP_CHARS = 128
 """Characters of all stop strings of one request together."""
 
 
-class SamplingParams(Section):
-    """How to sample one request's completions."""
+MIN_TEMPERATURE, MAX_TEMPERATURE = 0.01, 100.0
+"""A sampling temperature is 0 (greedy) or within these: below 0.01 the
+scaled logits overflow (HF divides by a float32 that a denormal temperature
+rounds to 0) and vLLM silently raises it to 0.01; above 100 every token is
+about as likely as any other."""
 
-    temperature: float = Field(1.0, ge=0.0)
-    """0: greedy."""
-    top_p: float = Field(1.0, gt=0.0, le=1.0)
-    """Nucleus sampling mass."""
+MIN_TOP_P = 1e-6
+"""Nucleus mass at least this: a denormal top_p rounds to 0 in float32."""
+
+
+class SamplingParams(Section):
+    """How to sample one request's completions. Every field is checked
+    against what the engines can take, so that a request they would fail on
+    is refused (400, naming the field), never an engine error (500)."""
+
+    temperature: float = Field(1.0, ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    """0: greedy; else between 0.01 and 100."""
+    top_p: float = Field(1.0, ge=MIN_TOP_P, le=1.0, allow_inf_nan=False)
+    """Nucleus sampling mass, between 1e-6 and 1."""
     max_tokens: int = Field(256, ge=1)
-    """Tokens to sample at most per completion."""
+    """Tokens to sample at most per completion (with the prompt, within the engine's max_model_len)."""
     stop: list[Annotated[str, StringConstraints(min_length=1, max_length=MAX_STOP_CHARS)]] = Field(
         default_factory=list, max_length=16
     )
@@ -68,7 +80,8 @@ class SamplingParams(Section):
     at most MAX_STOP_CHARS characters in all: matching them costs engine time
     in proportion to their length (about 8 ms per character on HF)."""
     stop_token_ids: list[Annotated[int, Field(ge=0, le=2**31 - 1)]] = Field(default_factory=list, max_length=64)
-    """Token ids that end a completion, besides the model's end of sequence."""
+    """Token ids that end a completion, besides the model's end of sequence
+    (each within the engine's vocabulary)."""
     ignore_eos: bool = False
     """Go on past end of sequence (benchmarks)."""
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
@@ -76,9 +89,24 @@ class SamplingParams(Section):
     n: int = Field(1, ge=1, le=64)
     """Completions per prompt."""
 
+    @field_validator("temperature")
+    @classmethod
+    def _temperature(cls, v: float) -> float:
+        if 0.0 < v < MIN_TEMPERATURE:
+            raise ValueError(
+                f"{v!r} is neither 0 (greedy) nor between {MIN_TEMPERATURE} and {MAX_TEMPERATURE}: "
+                "smaller temperatures overflow the scaled logits"
+            )
+        return v
+
     @field_validator("stop")
     @classmethod
     def _stop_budget(cls, v: list[str]) -> list[str]:
         if sum(len(x) for x in v) > MAX_STOP_CHARS:
             raise ValueError(f"stop strings have {sum(len(x) for x in v)} characters in all; at most {MAX_STOP_CHARS}")
+        for i, x in enumerate(v):
+            try:
+                x.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ValueError(f"stop[{i}] is not valid text (a lone surrogate)") from None
         return v
