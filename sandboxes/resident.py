@@ -496,12 +496,12 @@ def serve():
         except ChildProcessError:
             status = None
         _kill_tree()  # whatever the message left behind, before the next one
-        code = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
-        if code == _EOF:
+        ended = os.WEXITSTATUS(status) if status is not None and os.WIFEXITED(status) else None
+        if ended == _EOF:
             return
-        if code == _RESTART:
+        if ended == _RESTART:
             _start_over()
-        if code != 0:  # killed mid-message (by the code it ran): the host sees the pipe close
+        if ended != 0:  # killed mid-message (by the code it ran): the host sees the pipe close
             os._exit(1)
 
 
