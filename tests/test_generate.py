@@ -4,6 +4,7 @@ role through the local executor and the real local Slurm."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -399,6 +400,54 @@ def test_one_client_cannot_hold_the_generator(hf: Any, tok: Any) -> None:
             t.join()
         assert set(codes) <= {200, 503} and 200 in codes, sorted(set(map(str, codes)))
     finally:
+        server.stop()
+
+
+def test_slow_clients_hold_no_thread_are_cut_at_the_deadline_and_do_not_starve_fast_ones(hf: Any, tok: Any) -> None:
+    """A slowloris: clients that send a byte every 0.3 s, well within any
+    per-read timeout, four times more of them than the connections the
+    generator answers at once. A request must arrive whole within
+    `io_timeout_s` (1 s here): each is answered 408 and closed by then. While
+    they trickle, a fast client is served, and the slow ones hold no
+    thread."""
+    p = prompt(tok, "Hi")
+    server = GeneratorServer(hf, bind="127.0.0.1", token=TOKEN, io_timeout_s=1.0, max_connections=16).start()
+    head = b"POST /generate HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode() + b"\r\n"
+    slow = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(64)]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        for i in range(40):
+            for c in slow:
+                with contextlib.suppress(OSError):
+                    c.send(head[i : i + 1])
+            if stop.wait(0.3):
+                return
+
+    before = threading.active_count()
+    t = threading.Thread(target=trickle)
+    t.start()
+    try:
+        time.sleep(0.5)
+        assert threading.active_count() - before <= 2  # the trickler (and at most one request) only
+        code, reply = _post(server.port, {"prompts": [p], "sampling": {"max_tokens": 2}})
+        assert code == 200, reply
+        time.sleep(2.0)  # past the deadline, still trickling
+        answers = []
+        for c in slow:
+            c.settimeout(2.0)
+            try:
+                answers.append(c.recv(4096))
+            except OSError as e:  # reset: closed with bytes unread
+                answers.append(type(e).__name__.encode())
+        cut = [a for a in answers if a.startswith(b"HTTP/1.1 408") or a in (b"", b"ConnectionResetError")]
+        assert len(cut) == len(slow), answers[:3]
+        assert server.intake.counts.timed_out + server.intake.counts.evicted >= len(slow)
+    finally:
+        stop.set()
+        t.join()
+        for c in slow:
+            c.close()
         server.stop()
 
 

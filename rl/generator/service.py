@@ -21,11 +21,12 @@ Requests wait in one queue, served by one engine thread:
   same sampling parameters, up to `max_batch` completions, run as one
   `generate` call.
 
-The service bounds what one client can hold: a request must arrive whole
-within `io_timeout_s`, at most `max_connections` are served at once (more are
-answered 503 at once), the listen backlog is large enough that a burst is
-answered rather than reset, and a request's prompts x n may not exceed
-`max_batch`.
+The service bounds what one client can hold (rl.generator.intake): a
+request must arrive whole within `io_timeout_s`, however steadily its bytes
+trickle in; only a whole request gets a thread; a flood of slow clients
+cannot keep a fast one out; at most `max_connections` requests are answered
+at once (more are answered 503 at once); and a request's prompts x n may not
+exceed `max_batch`. Every answer closes its connection.
 
 A weight swap stops admitting requests, lets those in flight finish, loads
 the new version while the queue is held, and admits again: every response
@@ -34,22 +35,23 @@ is produced by exactly one version, which it names.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
+import io
 import json
 import logging
-import socket
+import socketserver
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from pydantic import ValidationError
 
 from rl.engine import BadRequest, Completion, Engine, check_prompts
 from rl.engine.config import SamplingParams
+from rl.generator.intake import Intake
 
 log = logging.getLogger("sarl.generator")
 MAX_BODY = 64 << 20
@@ -98,7 +100,6 @@ class GeneratorServer:
         self.engine = engine
         self.token = token
         self.io_timeout_s = io_timeout_s
-        self.connections = threading.BoundedSemaphore(max_connections)
         self.max_queue = max_queue
         self.max_batch = max_batch
         self.request_timeout_s = request_timeout_s
@@ -112,14 +113,19 @@ class GeneratorServer:
         self.generate_s = 0.0
         self.swap_s = 0.0
         """Seconds spent loading weight versions: the generator's own work, not waiting."""
-        self.httpd = _BoundedHTTPServer((bind, port), _handler(self), self.connections)
-        self.port = int(self.httpd.server_address[1])
-        self.threads = [
-            threading.Thread(target=self.httpd.serve_forever, name="http", daemon=True),
-            threading.Thread(target=self._engine_loop, name="engine", daemon=True),
-        ]
+        handler = _handler(self)
+        self.intake = Intake(
+            (bind, port),
+            lambda sock, addr, data: handler((sock, data), addr, None),
+            deadline_s=io_timeout_s,
+            max_handlers=max_connections,
+            max_body=MAX_BODY,
+        )
+        self.port = self.intake.port
+        self.threads = [threading.Thread(target=self._engine_loop, name="engine", daemon=True)]
 
     def start(self) -> GeneratorServer:
+        self.intake.start()
         for t in self.threads:
             t.start()
         return self
@@ -132,8 +138,7 @@ class GeneratorServer:
                 p.done.set()
             self.queue.clear()
             self.cond.notify_all()
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.intake.stop()
 
     # ------------------------------------------------------------- requests
     def submit(self, prompts: list[list[int]], params: SamplingParams) -> Pending | None:
@@ -302,69 +307,17 @@ class GeneratorServer:
             }
 
 
-class _BoundedHTTPServer(ThreadingHTTPServer):
-    """A thread per connection, up to a bound. Beyond it, a connection is
-    handed to one rejecting thread, which answers 503 and closes it; when
-    even that one is behind, the connection is closed at once. Accepting
-    never waits on a client."""
-
-    daemon_threads = True
-    request_queue_size = 1024  # a burst of connections waits to be answered instead of being reset
-    REJECT_BODY = b'{"error": "busy: too many connections", "retry_after_s": 1}'
-
-    def __init__(self, address: Any, handler: Any, slots: threading.BoundedSemaphore):
-        import queue
-
-        self.slots = slots
-        self.rejects: queue.Queue[Any] = queue.Queue(maxsize=256)
-        super().__init__(address, handler)
-        threading.Thread(target=self._reject_loop, name="reject", daemon=True).start()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        if self.slots.acquire(blocking=False):
-            super().process_request(request, client_address)
-            return
-        try:
-            self.rejects.put_nowait(request)
-        except Exception:  # noqa: BLE001 (queue full: no answer at all is the only cheap one)
-            self.shutdown_request(request)
-
-    def _reject_loop(self) -> None:
-        head = (
-            "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-            f"Content-Length: {len(self.REJECT_BODY)}\r\nConnection: close\r\n\r\n"
-        ).encode()
-        while True:
-            request = self.rejects.get()
-            try:
-                # read what the client sent: closing a socket with unread bytes
-                # resets the connection, and the client would never see the 503
-                request.settimeout(0.05)
-                with contextlib.suppress(OSError):
-                    while request.recv(1 << 16):
-                        pass
-                request.settimeout(1.0)
-                request.sendall(head + self.REJECT_BODY)
-                request.shutdown(socket.SHUT_WR)
-                request.settimeout(0.2)
-                with contextlib.suppress(OSError):
-                    while request.recv(1 << 16):  # until the client has read the reply and closed
-                        pass
-            except OSError:
-                pass
-            self.shutdown_request(request)
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self.slots.release()
-
-
 def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
+        """Answers one request that arrived whole (rl.generator.intake):
+        `request` is (the socket, the request's bytes)."""
+
         protocol_version = "HTTP/1.1"
-        timeout = server.io_timeout_s  # a request that does not arrive whole in time is dropped
+
+        def setup(self) -> None:
+            self.connection, data = self.request
+            self.rfile = io.BytesIO(data)
+            self.wfile = socketserver._SocketWriter(self.connection)  # type: ignore[attr-defined]
 
         def _authorized(self) -> bool:
             given = self.headers.get("Authorization", "")
@@ -382,6 +335,7 @@ def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            self.send_header("Connection", "close")
             if code == 503:
                 self.send_header("Retry-After", str(int(body.get("retry_after_s", 1))))
             self.end_headers()
@@ -413,11 +367,7 @@ def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
                 self.close_connection = True
                 self._reply(413, {"error": f"body of {length} bytes exceeds {MAX_BODY}"})
                 return
-            try:
-                body = self.rfile.read(length)
-            except (TimeoutError, OSError):
-                self.close_connection = True
-                return  # the client did not send its body in time: nobody to answer
+            body = self.rfile.read(length)  # whole: the intake waited for it
             try:
                 prompts, params = self._parse(body)
             except BadRequest as e:
