@@ -113,10 +113,14 @@ class GeneratorServer:
         self.generate_s = 0.0
         self.swap_s = 0.0
         """Seconds spent loading weight versions: the generator's own work, not waiting."""
-        handler = _handler(self)
+        handler: Any = _handler(self)
+
+        def answer(sock: socket.socket, addr: Any, data: bytes) -> None:
+            handler((sock, data), addr, None)  # answers in its constructor, as socketserver's handlers do
+
         self.intake = Intake(
             (bind, port),
-            lambda sock, addr, data: handler((sock, data), addr, None),
+            answer,
             deadline_s=io_timeout_s,
             max_handlers=max_connections,
             max_body=MAX_BODY,
