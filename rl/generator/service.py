@@ -39,6 +39,7 @@ import hmac
 import io
 import json
 import logging
+import socket
 import socketserver
 import threading
 import time
