@@ -710,6 +710,40 @@ def test_zero3_on_two_ranks_publishes_every_version_with_the_weights_of_one_rank
             sarl("cancel", str(run), cwd=run.parents[1], check=False)
 
 
+@pytest.mark.slow
+def test_two_ranks_meet_through_the_run_directory_though_the_port_a_job_would_choose_is_taken(
+    workdir: Path, tiny_model: Path
+) -> None:
+    """submitit's guess at a master port (MASTER_PORT, or one derived from
+    the job id) is taken by another socket: the ranks meet all the same,
+    through the run directory, at the port rank 0 actually bound. The
+    rollouts then come later than the collectives' timeout (30 s): the
+    other rank, waiting in a broadcast, is kept alive by rank 0."""
+    import socket
+
+    taken = socket.create_server(("0.0.0.0", 0))
+    port = taken.getsockname()[1]
+    folder = workdir / "meet"
+    folder.mkdir()
+    cfg = write_config(folder, _config(tiny_model, 2, "collective_timeout_s = 30\n", ranks=2))
+    run = folder / "runs" / "l"
+    env = {**os.environ, "MASTER_PORT": str(port)}  # what submitit's environment takes the master port from
+    try:
+        sarl("submit", str(cfg), "--cluster", "local", cwd=folder, env=env)
+        rendezvous = run / "checkpoints" / "learner" / "rendezvous"
+        met = wait_for(lambda: sorted(rendezvous.glob("*.json")), 300, "rank 0's rendezvous record")
+        wait_for(lambda: _state(run).get("starts"), 300, "the learner's start")
+        time.sleep(45)  # rank 0 waits for rollouts past the collectives' timeout
+        _commit_rollouts(run, tiny_model, groups=4)
+        wait_for(lambda: _state(run).get("done"), 300, "the learner of two ranks")
+        assert _state(run)["step"] == 2
+        record = json.loads(met[0].read_text())
+        assert record["port"] != port and len(record["nonce"]) == 32
+    finally:
+        taken.close()
+        sarl("cancel", str(run), cwd=folder, check=False)
+
+
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
@@ -833,7 +867,7 @@ def test_sync_mode_trains_each_round_alone_and_any_commit_order_gives_the_same_w
     for name, order in (("in-order", [0, 1, 2, 3]), ("shuffled", [3, 2, 1, 0])):
         folder = workdir / name
         folder.mkdir()
-        body = _config(tiny_model, 2).replace('name = "l"\n', 'name = "l"\nmode = "sync"\n')
+        body = _config(tiny_model, 2).replace("max_staleness = 1000\n", 'mode = "sync"\n')
         sarl("submit", str(write_config(folder, body)), cwd=folder)
         run = folder / "runs" / "l"
         store = Store(run / "store.zarr")

@@ -91,6 +91,12 @@ class LearnerRole(RoleConfig):
     also the weights (gathered to publish them)."""
     bf16: bool = False
     """Train in bf16 (DeepSpeed's bf16 mode); off: float32."""
+    collective_timeout_s: float = Field(900.0, ge=30, json_schema_extra=SAFE)
+    """Seconds any collective of the ranks may wait (a step's all-reduce, a
+    broadcast, a checkpoint): a rank that stops answering makes the others
+    fail within it, and the learner is started again. Rank 0 keeps the
+    others waiting for rollouts alive with a message every 30 s. Meeting
+    at start (through the run directory) waits as long."""
     poll_s: float = Field(1.0, gt=0, json_schema_extra=SAFE)
     """Seconds between looks at the store while waiting for rollouts."""
     threads: int = Field(0, ge=0, json_schema_extra=SAFE)

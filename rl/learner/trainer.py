@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -85,13 +86,13 @@ def freeze_below(model: Any, top: int) -> None:
 
 
 class Trainer:
-    def __init__(self, model_path: str, lc: LearnerRole):
+    def __init__(self, model_path: str, lc: LearnerRole, rendezvous: Path | None = None):
         import deepspeed
         from transformers import AutoModelForCausalLM
 
         if lc.threads:
             torch.set_num_threads(lc.threads)
-        dist.init_distributed()
+        dist.init_distributed(rendezvous, lc.collective_timeout_s)
         self.lc = lc
         self.rank, self.world = dist.rank(), dist.world()
         self.updating = False

@@ -76,6 +76,9 @@ class Training:
         self.set_aside: dict[str, str] = {}
         """Checkpoints that could not be loaded: folder name -> why."""
         self.tb: Any = None
+        self.rendezvous = Path(ctx.run_dir) / "checkpoints" / "learner" / "rendezvous"
+        """Where the ranks meet (rl.learner.dist)."""
+        self._kept_alive = time.monotonic()
 
     # ------------------------------------------------------------ start, end
     def start(self) -> None:
@@ -84,7 +87,7 @@ class Training:
         from rl.model import checkpoint
 
         self.model_path = checkpoint(self.ctx.model)
-        self.trainer = Trainer(str(self.model_path), self.lc)
+        self.trainer = Trainer(str(self.model_path), self.lc, rendezvous=self.rendezvous)
         self.lead = dist.rank() == 0
         self.references = self._references(self.model_path)
         self._resume()
@@ -128,6 +131,7 @@ class Training:
             return StepData(self.references.step(self.step, self.lc.samples_per_step), [])
         data = None
         if self.lead:
+            self._kept_alive = time.monotonic()  # the other ranks start waiting in the broadcast below now
             need = Need(
                 samples=self.lc.samples_per_step,
                 tokens=self.lc.tokens_per_step,
@@ -141,8 +145,12 @@ class Training:
     # what take_step asks while it waits (rl.learner.data.Feed)
     def should_stop(self) -> bool:
         """Asked at every poll for batches: waiting on the rollouts is not a
-        stall. True when the learner is stopping."""
+        stall; the other ranks, waiting in a broadcast, are kept alive. True
+        when the learner is stopping."""
         self.ctx.progressed()
+        if time.monotonic() - self._kept_alive > min(dist.KEEPALIVE_S, self.lc.collective_timeout_s / 5):
+            dist.broadcast_waiting()
+            self._kept_alive = time.monotonic()
         return self.ctx.stopping.is_set()
 
     def skip(self, key: tuple[str, int], why: str) -> None:
@@ -201,7 +209,7 @@ class Training:
                 if load_failed:  # the failed load may have changed some weights: start clean
                     from rl.learner.trainer import Trainer
 
-                    self.trainer = Trainer(str(self.model_path), self.lc)
+                    self.trainer = Trainer(str(self.model_path), self.lc, rendezvous=self.rendezvous)
                 random.seed(self.ctx.seed)
                 np.random.seed(self.ctx.seed % 2**32)
                 torch.manual_seed(self.ctx.seed)
