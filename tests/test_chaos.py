@@ -77,6 +77,34 @@ def test_tensorboard_steps_that_go_back_are_found_and_a_purge_is_honoured(tmp_pa
     assert found == ["tb/restarted x: step 2 after step 4", "tb/restarted x: step 3 after step 4"], found
 
 
+def test_a_learner_restarted_before_its_first_checkpoint_purges_what_its_predecessor_drew(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """The learner's TensorBoard writer, opened by a learner that starts
+    from nothing (no checkpoint: step 0) after a predecessor drew steps 1-3,
+    drops those: its curves do not go back (sarl chaos found "step 1 after
+    step 3" when only resumed learners purged)."""
+    import time
+
+    from rl.chaos.invariants import tensorboard_backwards
+    from rl.config import validate_config
+    from rl.learner.training import Training
+    from rl.run.role import context_of
+
+    raw = {"run": {"name": "t", "root": str(tmp_path)}, "model": {"path": str(tiny_model)}, "learner": {}}
+    cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
+    (cfg.run_dir / "tb").mkdir(parents=True)
+    for steps in ([1, 2, 3], [1, 2]):  # the predecessor, killed at step 3; its successor, from step 0
+        training = Training(context_of(cfg, cfg.run_dir), cfg.learner)
+        assert training.step == 0
+        tb = training._tb()
+        for s in steps:
+            tb.add_scalar("learner/loss", float(s), s)
+        tb.close()
+        time.sleep(1.1)  # event files are ordered by the second they were created in
+    assert tensorboard_backwards(cfg.run_dir / "tb") == []
+
+
 def test_chaos_refuses_a_run_without_every_role_and_a_negative_count_and_leaves_nothing(
     workdir: Path, tiny_model: Path
 ) -> None:

@@ -88,16 +88,13 @@ def test_a_task_that_beats_but_makes_no_progress_is_cancelled_as_stalled_and_rep
     try:
         wait_for(lambda: _state(run, 1).get("step", 0) >= 50, 60, "task 1 to reach its stall")
         victim = _pid(run, 1)
-        time.sleep(2.5)  # stalled for a while, short of stall_s: still its first start
-        beat = json.loads((run / "heartbeats" / "smoke" / "task-000001.json").read_text())
-        assert time.time() - beat["at"] < 2 and time.time() - beat["progress_at"] > 2  # alive, not advancing
-        assert len(_state(run, 1)["starts"]) == 1 and _state(run, 1)["step"] == 50
         wait_for(lambda: len(_state(run, 1).get("starts", [])) == 2, 60, "task 1 to be replaced")
         assert not _alive(victim)  # the stalled process was cancelled, not left running beside its successor
         assert _state(run, 1)["starts"][1]["from"].startswith("50/")
         wait_for(lambda: _state(run, 1).get("done"), 60, "task 1 to finish")
         deaths = _deaths(run, 1)
         assert len(deaths) == 1 and deaths[0]["reason"].startswith("stalled: no progress for"), deaths
+        assert deaths[0]["reason"].endswith("while its heartbeat is fresh")  # alive, not advancing
         assert len(_state(run, 0)["starts"]) == 1  # task 0 made progress all along: never touched
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)

@@ -179,27 +179,38 @@ def _run_to_end(workdir: Path, run: Path, workers: int = 1, timeout: float = 600
 
 @pytest.mark.slow
 def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_file: Path, tiny_model: Path) -> None:
-    # one batch for the whole run, unless a USR2 makes the worker commit early; groups
-    # enough that the run outlasts a few 2 s heartbeats (the tiny model plays one in 1 s)
+    """One batch for the whole run (batch_groups = 100), unless a USR2 makes
+    the worker commit early. The test decides when the USR2 lands, not the
+    machine's speed: once a group is complete, the generator is stopped
+    (SIGSTOP), so that no group completes and none is committed until the
+    USR2 flushes the complete ones; then the generator goes on, and the
+    requeued worker plays the rest."""
     body = _config(tasks_file, groups=30, model=tiny_model)
     cfg = write_config(workdir, body.replace("concurrency = 4\n", "concurrency = 2\nbatch_groups = 100\n"))
     sarl("submit", str(cfg), cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
+    generator = None
     try:
-        beat = wait_for(
-            lambda: (b := _heartbeat(run, "rollout", 0)).get("pending", 0) >= 1 and b, 300, "a complete group"
-        )
-        os.kill(beat["pid"], signal.SIGUSR2)  # the task itself: submitit's local controller does not forward it
+        wait_for(lambda: _heartbeat(run, "rollout", 0).get("pending", 0) >= 1, 300, "a complete group")
+        generator = _heartbeat(run, "generator", 0)["pid"]
+        os.kill(generator, signal.SIGSTOP)  # from here no group completes: the complete ones wait for the flush
+        assert not store.reader().committed(), "the whole run was played before the generator stopped"
+        worker = _heartbeat(run, "rollout", 0)["pid"]
+        os.kill(worker, signal.SIGUSR2)  # the task itself: submitit's local controller does not forward it
         wait_for(lambda: task_state(run, 0, "rollout").get("checkpoints", 0) >= 1, 60, "the checkpoint")
         flushed = wait_for(lambda: store.reader().committed(), 60, "the flushed batch")
-        assert flushed, "USR2 committed nothing"
+        assert len(flushed) == 1, "USR2 committed nothing, or more than the complete groups"
+        os.kill(generator, signal.SIGCONT)
+        generator = None
         _run_to_end(workdir, run)
         _assert_exactly_once(run, store, groups=30, group_size=2)
         state = task_state(run, 0, "rollout")
         assert len(state["starts"]) == 2 and state["checkpoints"] == 1  # requeued once, by itself
         assert len(store.reader().committed()) == 2  # the flush, then the rest at the end
     finally:
+        if generator is not None:
+            os.kill(generator, signal.SIGCONT)
         sarl("cancel", str(run), cwd=workdir, check=False)
 
 
@@ -431,6 +442,9 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     engine = make_engine(cfg.generator.engine, cfg.model)
     thread = threading.Thread(target=late.run)
     thread.start()
+    # the 8 s count from when both episodes wait, not from when the worker was started (its
+    # set-up takes longer on a slower machine)
+    wait_for(lambda: len(late.inflight) >= 2, 120, "both episodes waiting for a generator")
     time.sleep(8.0)
     try:
         with serving(engine, cfg.run_dir):

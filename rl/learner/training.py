@@ -306,4 +306,4 @@ class Training:
             return None
         # resumed at step N, the steps after N that a killed predecessor drew are
         # redone: purge_step makes TensorBoard drop its points from N + 1 on
-        return SummaryWriter(str(self.run_dir / "tb" / "learner"), purge_step=self.step + 1 if self.step else None)
+        return SummaryWriter(str(self.run_dir / "tb" / "learner"), purge_step=self.step + 1)
