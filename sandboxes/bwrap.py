@@ -30,6 +30,7 @@ import select
 import shutil
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +148,40 @@ def _require_bwrap() -> str:
     return path
 
 
+@dataclass
+class BwrapCommand:
+    """A sandbox's bubblewrap command: its options (host paths among them)
+    and what runs inside before the command (setpriv, dropping root)."""
+
+    options: list[str]
+    prefix: list[str]
+
+    def argv(self, command: list[str], pass_fds: list[int]) -> list[str]:
+        """`bwrap --args FD PREFIX COMMAND`: the options reach bubblewrap
+        through a pipe (its read end is added to `pass_fds`), so that the
+        sandbox's pid 1, bubblewrap itself, shows no host path in
+        /proc/1/cmdline."""
+        data = b"".join(o.encode() + b"\0" for o in self.options)
+        if len(data) > 60_000:  # more than a pipe holds without a reader
+            raise SandboxError(f"bubblewrap's options take {len(data)} bytes; at most 60000")
+        r, w = os.pipe()
+        os.write(w, data)
+        os.close(w)
+        os.set_inheritable(r, True)
+        pass_fds.append(r)
+        return [_require_bwrap(), "--args", str(r), *self.prefix, *command]
+
+
+def _fake_loadavg() -> str:
+    """A file that stands in for /proc/loadavg (the host's load is not the sandbox's business)."""
+    from sandboxes.cgroups import SLOT_DIR, private_dir
+
+    path = private_dir(SLOT_DIR) / "loadavg"
+    if not path.exists():
+        path.write_text("0.00 0.00 0.00 1/1 1\n")
+    return str(path)
+
+
 def bwrap_argv(
     limits: Limits,
     slot: Slot,
@@ -156,10 +191,11 @@ def bwrap_argv(
     host_dirs: dict[str, str] | None = None,
     net_dir: str | None = None,
     seccomp_fd: int | None = None,
-) -> list[str]:
-    """The bwrap command line that opens a sandbox (the command to run follows).
+) -> BwrapCommand:
+    """The bwrap command that opens a sandbox (the command to run follows).
     `host_dirs` binds host-mounted tmpfs at /sandbox and /tmp instead of private ones;
-    `seccomp_fd` (from `seccomp_pipe()`, passed to the process) holds its syscall filter."""
+    `seccomp_fd` (from `seccomp_pipe()`, passed to the process) holds its syscall filter.
+    Of the host-wide files in /proc, the key users and the load average are masked."""
     size = str(limits.disk_mb << 20)
     scratch = [
         "--size",
@@ -178,7 +214,6 @@ def bwrap_argv(
     if host_dirs:
         scratch = ["--bind", host_dirs["/tmp"], "/tmp", "--bind", host_dirs[resident.WORK], resident.WORK]
     argv = [
-        _require_bwrap(),
         "--ro-bind",
         "/usr",
         "/usr",
@@ -196,6 +231,12 @@ def bwrap_argv(
         "/sbin",
         "--proc",
         "/proc",
+        "--ro-bind",
+        "/dev/null",
+        "/proc/key-users",
+        "--ro-bind",
+        _fake_loadavg(),
+        "/proc/loadavg",
         "--dev",
         "/dev",
         *scratch,
@@ -264,23 +305,22 @@ def bwrap_argv(
             argv += ["--bind", net_dir, resident.NET]
         for name, path in (cg.counter_files() if cg else {}).items():
             argv += ["--ro-bind", path, f"{resident.CG}/{name}"]
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        if not setpriv:
-            raise SandboxError("setpriv (util-linux) is needed to drop root inside the sandbox")
-        argv += [
-            setpriv,
-            f"--reuid={slot.uid}",
-            f"--regid={slot.uid}",
-            "--clear-groups",
-            "--inh-caps=-all",
-            "--bounding-set=-all",
-            "--no-new-privs",
-            "--",
-        ]
-    else:
-        argv[1:1] = ["--unshare-user", "--cap-drop", "ALL"]
-    return argv
+    if os.geteuid() != 0:
+        return BwrapCommand(["--unshare-user", "--cap-drop", "ALL", *argv], [])
+    setpriv = shutil.which("setpriv")
+    if not setpriv:
+        raise SandboxError("setpriv (util-linux) is needed to drop root inside the sandbox")
+    prefix = [
+        setpriv,
+        f"--reuid={slot.uid}",
+        f"--regid={slot.uid}",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "--",
+    ]
+    return BwrapCommand(argv, prefix)
 
 
 def seccomp_pipe() -> int | None:
@@ -374,11 +414,18 @@ class BwrapSandbox:
                 self.relays = HostRelays(self.cfg.network, net_dir)
             resident_python = self.runtime.python if self.runtime.name != "node" else "/usr/bin/python3"
             filt = seccomp_pipe()
-            argv = bwrap_argv(
-                self.cfg.limits, self.slot, self.runtime, self.cg, with_resident=True, net_dir=net_dir, seccomp_fd=filt
-            )
-            argv += [resident_python, "-I", "-B", RESIDENT_INSIDE]
+            fds = [filt] if filt is not None else []
             try:
+                cmd = bwrap_argv(
+                    self.cfg.limits,
+                    self.slot,
+                    self.runtime,
+                    self.cg,
+                    with_resident=True,
+                    net_dir=net_dir,
+                    seccomp_fd=filt,
+                )
+                argv = cmd.argv([resident_python, "-I", "-B", RESIDENT_INSIDE], fds)
                 self.proc = subprocess.Popen(
                     argv,
                     stdin=subprocess.PIPE,
@@ -386,11 +433,11 @@ class BwrapSandbox:
                     stderr=subprocess.PIPE,
                     bufsize=0,
                     preexec_fn=lambda: prepare_child(self.slot, self.cg),
-                    pass_fds=(filt,) if filt is not None else (),
+                    pass_fds=fds,
                 )
             finally:
-                if filt is not None:
-                    os.close(filt)
+                for fd in fds:
+                    os.close(fd)
             hello, _ = self._recv()
             if not hello.get("ready"):
                 raise SandboxError(f"sandbox resident did not start: {hello}")

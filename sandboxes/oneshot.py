@@ -19,7 +19,7 @@ from typing import Any
 
 from sandboxes import resident
 from sandboxes.base import ExecResult, SandboxError
-from sandboxes.bwrap import Runtime, _enforced, _rlimits, bwrap_argv, prepare_child, seccomp_pipe
+from sandboxes.bwrap import BwrapCommand, Runtime, _enforced, _rlimits, bwrap_argv, prepare_child, seccomp_pipe
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
 
@@ -41,7 +41,7 @@ def run_once(
     scratch = _HostScratch.create(slot, limits)
     try:
         filt = seccomp_pipe()
-        full = bwrap_argv(
+        cmd = bwrap_argv(
             limits, slot, runtime, cg, with_resident=False, host_dirs=scratch.dirs if scratch else None, seccomp_fd=filt
         )
         if files:
@@ -51,8 +51,9 @@ def run_once(
                     target.write_bytes(data)
                     os.chown(target, slot.uid, slot.uid)
             if not scratch:  # bubblewrap copies them in from pipes
-                return _run_with_files(full, argv, files, stdin, rl, slot, cg, None, filt)
-        return _run(full + argv, stdin, rl, slot, cg, [filt] if filt is not None else [], scratch)
+                return _run_with_files(cmd, argv, files, stdin, rl, slot, cg, None, filt)
+        fds = [filt] if filt is not None else []
+        return _run(cmd.argv(argv, fds), stdin, rl, slot, cg, fds, scratch)
     finally:
         if scratch is not None:
             scratch.remove()
@@ -114,7 +115,7 @@ def _libc_call(name: str, *args: Any) -> None:
 
 
 def _run_with_files(
-    full: list[str],
+    cmd: BwrapCommand,
     argv: list[str],
     files: dict[str, bytes],
     stdin: bytes,
@@ -138,8 +139,9 @@ def _run_with_files(
             os._exit(0)
         os.close(w)
         extra += ["--perms", "0644", "--file", str(r), f"{resident.WORK}/{name}"]
-    idx = full.index("--chdir")
-    return _run(full[:idx] + extra + full[idx:] + argv, stdin, rl, slot, cg, pass_fds, scratch)
+    idx = cmd.options.index("--chdir")
+    cmd.options[idx:idx] = extra
+    return _run(cmd.argv(argv, pass_fds), stdin, rl, slot, cg, pass_fds, scratch)
 
 
 def _run(

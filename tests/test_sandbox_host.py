@@ -190,6 +190,26 @@ def test_nothing_of_one_request_is_in_the_memory_of_the_next() -> None:
         assert r.stdout == b"False\n", r.stderr
 
 
+def test_the_host_is_not_described_in_the_sandboxs_proc() -> None:
+    """bubblewrap is the sandbox's pid 1, and its command line held every
+    host path it bound (slot folders, cgroup counters, the interpreter's
+    tree); the options now reach it through a pipe. The host's key users
+    and load average are masked."""
+    from sandboxes import run_once
+    from sandboxes.cgroups import SLOT_DIR
+
+    show = "tr '\\0' ' ' < /proc/1/cmdline; echo; cat /proc/key-users; echo '|'; cat /proc/loadavg"
+    with open_sandbox(SandboxConfig()) as sb:
+        resident = sb.exec(["/bin/sh", "-c", show]).stdout.decode()
+    oneshot = run_once(["/bin/sh", "-c", show]).stdout.decode()
+    host = [str(SLOT_DIR), "/sys/fs/cgroup", str(Path(sys.prefix)), str(Path(__file__).parents[1])]
+    for seen in (resident, oneshot):
+        cmdline, rest = seen.split("\n", 1)
+        assert " --args " in cmdline and "--ro-bind" not in cmdline and not any(h in cmdline for h in host), cmdline
+        key_users, loadavg = rest.split("|\n")
+        assert key_users.strip() == "" and loadavg == "0.00 0.00 0.00 1/1 1\n", rest
+
+
 def test_a_snippet_cannot_make_itself_dumpable_again() -> None:
     """Non-dumpable processes cannot be read through /proc/PID/mem by the
     sandbox's uid; the seccomp filter keeps them so."""
