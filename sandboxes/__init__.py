@@ -40,7 +40,11 @@ def interpreter(cfg: SandboxConfig) -> tuple[str, list[str]]:
     return rt.python, rt.trees
 
 
-def open_sandbox(cfg: SandboxConfig | None = None) -> Any:
+def open_sandbox(cfg: SandboxConfig | None = None, preload: tuple[str, ...] = ()) -> Any:
+    """A persistent sandbox. `preload`: host files of trusted code that its
+    resident compiles once, before any message (snippets with `cache=True`
+    of the same text then skip their compile); the apptainer backend
+    compiles each message's."""
     cfg = cfg or SandboxConfig()
     if cfg.backend.type == "apptainer":
         from sandboxes.apptainer import ApptainerSandbox
@@ -48,7 +52,7 @@ def open_sandbox(cfg: SandboxConfig | None = None) -> Any:
         return ApptainerSandbox(cfg)
     from sandboxes.bwrap import BwrapSandbox
 
-    return BwrapSandbox(cfg)
+    return BwrapSandbox(cfg, preload)
 
 
 def run_once(

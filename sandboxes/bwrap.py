@@ -297,6 +297,10 @@ def bwrap_argv(
             "0755",
             "--dir",
             resident.CG,
+            "--perms",
+            "0755",
+            "--dir",
+            resident.PRELOAD,
         ]
         argv += ["--ro-bind", str(Path(resident.__file__).resolve()), RESIDENT_INSIDE]
         for name in ("netrelay.py", "keys.py"):
@@ -394,9 +398,10 @@ def _read_exact(fd: int, n: int) -> bytes | None:
 class BwrapSandbox:
     """A persistent sandbox: create once, exec and snippet many times, reset between episodes."""
 
-    def __init__(self, cfg: SandboxConfig | None = None):
+    def __init__(self, cfg: SandboxConfig | None = None, preload: tuple[str, ...] = ()):
         self.cfg = cfg or SandboxConfig()
         self.runtime = Runtime(self.cfg.runtime, self.cfg.packages)
+        self.preload = preload
         self.slot = Slot.acquire()
         self.cg: Cgroups | None = None
         self._cg_limits = self.cfg.limits
@@ -425,6 +430,8 @@ class BwrapSandbox:
                     net_dir=net_dir,
                     seccomp_fd=filt,
                 )
+                for i, path in enumerate(self.preload):  # trusted code the resident compiles once
+                    cmd.options += ["--ro-bind", str(Path(path).resolve()), f"{resident.PRELOAD}/{i}.py"]
                 argv = cmd.argv([resident_python, "-I", "-B", RESIDENT_INSIDE], fds)
                 self.proc = subprocess.Popen(
                     argv,

@@ -22,8 +22,10 @@ from sandboxes.config import SandboxConfig
 
 
 class WarmPool:
-    def __init__(self, cfg: SandboxConfig | None = None, size: int | None = None):
+    def __init__(self, cfg: SandboxConfig | None = None, size: int | None = None, preload: tuple[str, ...] = ()):
         self.cfg = cfg or SandboxConfig()
+        self.preload = preload
+        """Trusted code every sandbox's resident compiles once (sandboxes.open_sandbox)."""
         self.size = self.cfg.pool_size if size is None else size
         self.ready: queue.Queue[Any] = queue.Queue()
         self.created = 0
@@ -41,7 +43,7 @@ class WarmPool:
             self._want.clear()
             while not self._stop.is_set() and self.ready.qsize() < self.size:
                 try:
-                    self.ready.put(open_sandbox(self.cfg))
+                    self.ready.put(open_sandbox(self.cfg, self.preload))
                     self.created += 1
                     self.last_error = ""
                 except Exception as e:  # noqa: BLE001 (any failure: the pool must outlive it)
@@ -54,7 +56,7 @@ class WarmPool:
         try:
             sb = self.ready.get(timeout=timeout) if timeout else self.ready.get_nowait()
         except queue.Empty:
-            sb = open_sandbox(self.cfg)
+            sb = open_sandbox(self.cfg, self.preload)
             self.created += 1
         self._want.set()
         if not sb.alive:

@@ -403,9 +403,11 @@ _CODE = {}  # type: dict[str, types.CodeType]
 
 
 def _compiled(text):
-    """Code the host runs again and again (the verifier's runner), compiled
-    once here rather than in every forked child. Source that does not compile
-    stays source: the child then reports the error as before."""
+    """Code the host runs again and again (the verifier's runner): the
+    resident compiles the preloaded files (PRELOAD) once, before any
+    message, and a handler finds their code here by its text; other code is
+    compiled in the handler. Source that does not compile stays source: the
+    child then reports the error as before."""
     code = _CODE.get(text)
     if code is None:
         try:
@@ -444,6 +446,7 @@ def _wipe(root):
 
 
 NET = "/run/sarl/net"  # allow-listed ports: a Unix socket per port, relayed by the host
+PRELOAD = "/run/sarl/preload"  # trusted code compiled once, before any message (the verifier's runner)
 
 
 def _start_over():
@@ -481,6 +484,13 @@ def serve():
     except Exception:  # noqa: S110 (best effort: a missing libc symbol only loses hardening)
         pass
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        names = sorted(os.listdir(PRELOAD))
+    except OSError:
+        names = []
+    for name in names:  # trusted code from the host's own files: compiled here, once, before any message
+        with open(os.path.join(PRELOAD, name)) as f:
+            _compiled(f.read())
     _send({"ok": True, "ready": True, "pid": os.getpid(), "python": sys.version.split()[0]})
     while True:
         select.select([0], [], [])  # a message (or the end) waits: it is read by a handler, never here

@@ -89,7 +89,8 @@ class Verifier:
 
         self.cfg = cfg or VerifyConfig()
         self.sandbox = sandbox or SandboxConfig()
-        self.pool = WarmPool(self.sandbox, size=self.workers)
+        runner = str(Path(__file__).with_name("runner.py"))  # compiled once per sandbox, before any sample
+        self.pool = WarmPool(self.sandbox, size=self.workers, preload=(runner,))
         self.audit = Path(audit) if audit else None
         self._audit_lock = threading.Lock()
         self._floor: dict[str, float] = {}  # task_id -> best pass rate of a constant answer
