@@ -738,3 +738,62 @@ def test_preempted_generator_comes_back_serving_the_newest_version(
         assert reply.version == 1  # restarted from the base checkpoint, it loaded the newest version first
     finally:
         sarl("cancel", str(run_dir), cwd=workdir, check=False)
+
+
+def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are_of_the_tempered_policy(
+    model: ModelConfig, tok: Any, tmp_path: Path
+) -> None:
+    """64 requests arrive at once, sampled at temperature 0.8 with seeds,
+    their prompts about 300 tokens each: more new tokens than one vLLM step
+    takes (8,192). vLLM split prompts over steps, and its CPU backend then
+    failed to rewind a seeded sequence's generator ("CPU Generator does not
+    use offset"): the engine died at the first such burst. The service
+    admits sequences so that no prompt is split and none is preempted: every
+    request is answered, and the same seeds give the same tokens again. The
+    log-probs vLLM records are of the distribution sampled from (logits /
+    temperature): the trainer's at the same temperature match them."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rl.engine import make_engine
+    from rl.engine.config import VLLMEngineConfig
+    from rl.generator.inprocess import serving
+    from rl.learner.trainer import token_logprobs
+
+    engine = make_engine(VLLMEngineConfig(max_model_len=1024, kv_cache_gb=1.0, max_num_seqs=64), model)
+    text = " ".join(f"item{i}" for i in range(120))
+    prompts = [prompt(tok, f"Sort these, case {k}: {text}") for k in range(64)]
+    assert sum(map(len, prompts)) > 8192
+    params = {"temperature": 0.8, "max_tokens": 16, "ignore_eos": True}
+    try:
+        with serving(engine, tmp_path):
+            client = GeneratorClient(tmp_path, max_inflight=64, timeout_s=600)
+            results: dict[int, Any] = {}
+            errors: list[BaseException] = []
+
+            def one(k: int) -> None:
+                try:
+                    results[k] = client.generate([prompts[k]], {**params, "seed": 1000 + k})
+                except BaseException as e:  # noqa: BLE001
+                    errors.append(e)
+
+            threads = [threading.Thread(target=one, args=(k,)) for k in range(64)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert not errors, errors[:3]
+            assert len(results) == 64
+            group = client.generate([prompts[0]], {**params, "seed": 7, "n": 4})  # a group in one request
+            again = client.generate([prompts[3]], {**params, "seed": 1003})
+        assert again.outputs[0][0].token_ids == results[3].outputs[0][0].token_ids  # seeded: reproducible
+        assert len(group.outputs[0]) == 4 and len({tuple(c.token_ids) for c in group.outputs[0]}) > 1
+    finally:
+        engine.close()
+    hf = AutoModelForCausalLM.from_pretrained(checkpoint(model), dtype=torch.float32)
+    c = results[5].outputs[0][0]
+    ids = torch.tensor([prompts[5] + c.token_ids])
+    mask = torch.tensor([[0.0] * len(prompts[5]) + [1.0] * len(c.token_ids)])
+    with torch.no_grad():
+        mine = token_logprobs(hf, ids, torch.ones_like(ids), mask, temperature=0.8)[0][mask[:, 1:] > 0]
+    assert torch.allclose(mine, torch.tensor(c.logprobs), atol=2e-3), (mine - torch.tensor(c.logprobs)).abs().max()

@@ -921,3 +921,56 @@ def test_log_probs_are_computed_only_where_trained_and_match_the_full_softmax(ti
     assert float(model.model.embed_tokens.weight.grad.abs().sum()) > 0
     nothing, _, kept = token_logprobs(model, ids, attn, torch.zeros(3, 12))
     assert kept.tolist() == [10] and nothing.requires_grad  # a weight-0 pass still has a graph
+
+
+def test_behaviour_log_probs_are_of_the_tempered_distribution_the_learner_recomputes(tiny_model: Path) -> None:
+    """A reply sampled at temperature 0.7 by the HF engine: the log-probs it
+    records are those of logits / 0.7, and the trainer's log-probs at the
+    rollouts' temperature are the same numbers (its importance weights then
+    compare like with like). The untempered distribution's differ."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rl.engine import make_engine
+    from rl.engine.config import HFEngineConfig, SamplingParams
+    from rl.learner.trainer import token_logprobs
+    from rl.model import ModelConfig
+
+    engine = make_engine(HFEngineConfig(max_model_len=256), ModelConfig(path=str(tiny_model), dtype="float32"))
+    prompt = list(range(5, 25))
+    try:
+        [[c]] = engine.generate([prompt], SamplingParams(temperature=0.7, max_tokens=12, seed=3, ignore_eos=True))
+    finally:
+        engine.close()
+    model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    ids = torch.tensor([prompt + c.token_ids])
+    mask = torch.tensor([[0.0] * len(prompt) + [1.0] * len(c.token_ids)])
+    trained = mask[:, 1:] > 0
+    with torch.no_grad():
+        tempered = token_logprobs(model, ids, torch.ones_like(ids), mask, temperature=0.7)[0][trained]
+        plain = token_logprobs(model, ids, torch.ones_like(ids), mask)[0][trained]
+    recorded = torch.tensor(c.logprobs)
+    assert torch.allclose(tempered, recorded, atol=1e-4), (tempered - recorded).abs().max()
+    assert float((plain - recorded).abs().max()) > 1e-2
+
+
+def test_several_updates_a_step_clip_against_the_weights_before_the_step(tiny_model: Path) -> None:
+    """One update a step: the ratio is 1 and the clip cannot bind. Four
+    (two epochs of two minibatches), at a learning rate that moves the
+    weights: the later updates' ratios leave [1 - clip, 1 + clip] and are
+    clipped; the schedule counts learner steps, not updates."""
+    from rl.learner.config import LearnerRole
+    from rl.learner.trainer import Trainer
+
+    samples = [s for b in _rollout_batches(tiny_model, groups=4) for s in b]
+    figures = {}
+    for epochs, minibatches in ((1, 1), (2, 2)):
+        raw = {"steps": 4, "samples_per_step": 8, "ppo_epochs": epochs, "minibatches": minibatches}
+        raw.update(optimizer={"lr": 3e-2, "warmup_steps": 2}, loss={"clip": 0.05})
+        lc = LearnerRole.model_validate(raw)
+        metrics = Trainer(str(tiny_model), lc).step(samples)
+        assert metrics is not None
+        figures[epochs * minibatches] = metrics
+    assert figures[1]["clip_frac"] == 0.0 and figures[1]["updates"] == 1
+    assert figures[4]["clip_frac"] > 0.0 and figures[4]["updates"] == 4
+    assert figures[1]["lr"] == figures[4]["lr"] == pytest.approx(3e-2 * 2 / 3)  # warmup counts learner steps

@@ -9,9 +9,11 @@ One interface, two backends (`[generator.engine] type = ...`):
 * `hf`: transformers `generate`, for machines without vLLM and as the
   reference the vLLM backend is checked against.
 
-Log-probs are those of the model's own distribution (before temperature and
-top-p), for the token that was sampled: what the learner needs for
-importance ratios. A completion that ends on a stop string or an end-of-turn
+Log-probs are those of the distribution sampled from, for the token that
+was sampled: the model's logits divided by the temperature (greedy: by 1),
+what the learner recomputes for importance ratios (rl.learner.trainer).
+vLLM's also reflect `top_p` (its processed log-probs), which the learner
+does not reproduce: train with `top_p = 1`. A completion that ends on a stop string or an end-of-turn
 token includes that token.
 """
 

@@ -40,6 +40,12 @@ class Engine:
         """`params.n` completions for each prompt, in order."""
         raise NotImplementedError
 
+    step_tokens = 0
+    """New tokens one engine step takes in without splitting a prompt over
+    steps (vLLM's `max_num_batched_tokens`); 0: no such limit."""
+    kv_tokens = 0
+    """Tokens its KV cache holds, all sequences together; 0: not known."""
+
     continuous = False
     """True when the engine offers `add` and `step`: requests join and leave
     the running batch at any decoding step (vLLM). Otherwise the service runs

@@ -60,6 +60,8 @@ class HFEngine(Engine):
             out = self.model.generate(input_ids=ids.to(self.device), attention_mask=mask.to(self.device), **kwargs)
         sampled = out.sequences[:, width:].cpu()
         logits = torch.stack(out.logits, dim=1).float().cpu()
+        if params.temperature > 0:  # the distribution sampled from (top_p aside), as vLLM's processed log-probs
+            logits = logits / params.temperature
         logprobs = torch.log_softmax(logits, dim=-1).gather(-1, sampled[..., None])[..., 0]
         rows = [self._trim(sampled[i].tolist(), logprobs[i].tolist(), ends, params) for i in range(len(flat))]
         return [rows[k * params.n : (k + 1) * params.n] for k in range(len(prompts))]

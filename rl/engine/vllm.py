@@ -24,12 +24,19 @@ class VLLMEngine(Engine):
             seed=seed,
             max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs,
+            max_num_batched_tokens=max(8192, cfg.max_model_len),  # a whole prompt fits in one step
+            logprobs_mode="processed_logprobs",  # of the distribution sampled from: after temperature
             enforce_eager=cfg.enforce_eager,
             kv_cache_memory_bytes=int(cfg.kv_cache_gb * (1 << 30)),
             worker_extension_cls="rl.engine.vllm_worker.StoreLoader",
         )
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.max_model_len = cfg.max_model_len
+        config = self.llm.llm_engine.vllm_config
+        self.step_tokens = int(config.scheduler_config.max_num_batched_tokens)
+        cache = config.cache_config
+        blocks = (cache.num_gpu_blocks or 0) * (cache.block_size or 0)
+        self.kv_tokens = int(cache.kv_cache_size_tokens or blocks)
         self.lock = threading.Lock()
 
     @staticmethod

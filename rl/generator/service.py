@@ -58,6 +58,14 @@ log = logging.getLogger("sarl.generator")
 MAX_BODY = 64 << 20
 
 
+def _one_sample(params: SamplingParams, j: int) -> SamplingParams:
+    """Sample j of a request's n, as a request of its own: one completion,
+    seeded from the request's seed and j (the same request gives the same
+    completions whatever else the engine runs)."""
+    seed = None if params.seed is None else (params.seed * 1_000_003 + j) % 2**63
+    return params.model_copy(update={"n": 1, "seed": seed})
+
+
 def validation_message(e: ValidationError, prefix: str) -> str:
     """`sampling.temperature: Input should be ...` for each error."""
     return "; ".join(
@@ -77,7 +85,9 @@ class Pending:
     started: float = 0.0
     finished: float = 0.0
     left: int = 0
-    """Prompts still in the engine (continuous batching)."""
+    """Sequences still to finish (continuous batching)."""
+    slots: list[list[Completion | None]] = field(default_factory=list)
+    """Completion j of prompt i, as each finishes (continuous batching)."""
 
 
 class GeneratorServer:
@@ -177,66 +187,95 @@ class GeneratorServer:
             self._batch_loop()
 
     def _continuous_loop(self) -> None:
-        inflight: dict[str, tuple[Pending, int]] = {}  # engine request id -> (request, prompt index)
-        sequences = 0  # completions in flight
+        """Continuous batching (vLLM). Each completion (a prompt's sample j
+        of n) is a sequence of its own in the engine, admitted only while
+        (a) at most `max_batch` sequences are in flight, (b) the new prompt
+        tokens of this step, with one token for each sequence already
+        decoding, fit in the engine's step (`Engine.step_tokens`), and (c)
+        every sequence in flight, prompt and `max_tokens`, fits in its KV
+        cache (`Engine.kv_tokens`). So the engine never splits a prompt over
+        steps nor preempts a sequence: vLLM's CPU backend cannot rewind a
+        seeded sequence's random generator when it does ("CPU Generator
+        does not use offset"), and its engine died when more than about 20
+        new prompts arrived at once. A request's sequences left waiting run
+        with the same weight version: a swap waits for them."""
+        inflight: dict[str, tuple[Pending, int, int, int]] = {}  # engine id -> (request, prompt, sample, KV reserved)
+        waiting: deque[tuple[Pending, int, int]] = deque()  # sequences of started requests not in the engine yet
+        reserved = 0
         ids = 0
+        step_tokens, kv_tokens = self.engine.step_tokens, self.engine.kv_tokens
         while True:
-            admitted = []
             with self.cond:
-                while not self.stopping and not inflight and (self.swapping or not self.queue):
+                while not self.stopping and not inflight and not waiting and (self.swapping or not self.queue):
                     self.cond.wait()
                 if self.stopping:
                     return
-                while self.queue and not self.swapping:
-                    p = self.queue[0]
-                    size = len(p.prompts) * p.params.n
-                    if inflight and sequences + size > self.max_batch:
-                        break
-                    admitted.append(self.queue.popleft())
-                    sequences += size
-                self.busy = True
                 version = self.engine.version
+                while self.queue and not self.swapping and len(waiting) < self.max_batch:
+                    p = self.queue.popleft()
+                    p.version, p.started = version, time.monotonic()
+                    p.outputs = [[] for _ in p.prompts]
+                    p.slots = [[None] * p.params.n for _ in p.prompts]
+                    p.left = len(p.prompts) * p.params.n
+                    waiting += [(p, i, j) for i in range(len(p.prompts)) for j in range(p.params.n)]
+                self.busy = True
             started = time.monotonic()
-            for p in admitted:
-                p.version, p.started = version, started
-                p.outputs = [[] for _ in p.prompts]
-                for i, prompt in enumerate(p.prompts):
-                    ids += 1
-                    try:
-                        self.engine.add(str(ids), prompt, p.params)
-                    except Exception as e:  # refused by the engine: this request fails, not the others
-                        p.error = f"engine error: {type(e).__name__}: {e}"
+            new_tokens = 0
+            while waiting:
+                p, i, j = waiting[0]
+                if p.error is not None:  # an earlier sequence of it was refused: the rest go nowhere
+                    waiting.popleft()
+                    p.left -= 1
+                    if not p.left:
+                        p.done.set()
+                    continue
+                prompt = p.prompts[i]
+                need = len(prompt) + p.params.max_tokens
+                if inflight or new_tokens:  # the first always goes: alone it fits (max_model_len)
+                    if len(inflight) + 1 > self.max_batch:
                         break
-                    inflight[str(ids)] = (p, i)
-                    p.left += 1
-                if not p.left:  # nothing of it reached the engine
-                    sequences -= len(p.prompts) * p.params.n
-                    p.done.set()
+                    if step_tokens and len(inflight) + new_tokens + len(prompt) > step_tokens:
+                        break
+                    if kv_tokens and reserved + need > kv_tokens:
+                        break
+                waiting.popleft()
+                ids += 1
+                try:
+                    self.engine.add(str(ids), prompt, _one_sample(p.params, j))
+                except Exception as e:  # refused by the engine: this request fails, not the others
+                    p.error = f"engine error: {type(e).__name__}: {e}"
+                    p.left -= 1
+                    if not p.left:
+                        p.done.set()
+                    continue
+                inflight[str(ids)] = (p, i, j, need)
+                reserved += need
+                new_tokens += len(prompt)
             try:
                 finished = self.engine.step() if inflight else []
             except Exception as e:  # the engine failed: everything in flight fails with it
                 log.exception("engine step failed")
                 finished = []
-                for p, _ in inflight.values():
+                for p, _, _, _ in inflight.values():
                     p.error = f"engine error: {type(e).__name__}: {e}"
                     p.left = 0
                     p.done.set()
                 inflight.clear()
-                sequences = 0
+                reserved = 0
             now = time.monotonic()
             answered = []
             for rid, completions in finished:
-                p, i = inflight.pop(rid)
-                assert p.outputs is not None
-                p.outputs[i] = completions
+                p, i, j, need = inflight.pop(rid)
+                reserved -= need
+                p.slots[i][j] = completions[0]
                 p.left -= 1
                 if p.left == 0:
-                    sequences -= len(p.prompts) * p.params.n
+                    p.outputs = [[c for c in row if c is not None] for row in p.slots]
                     p.finished = now
                     answered.append(p)
             with self.cond:
                 self._account(answered, now - started)
-                if not inflight:
+                if not inflight and not waiting:
                     self.busy = False
                     self.cond.notify_all()
             for p in answered:

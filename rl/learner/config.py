@@ -68,6 +68,14 @@ class LearnerRole(RoleConfig):
     tokens_per_step: int | None = Field(None, ge=1)
     """When set, a step takes whole batches until it has this many trained
     (sampled) tokens, instead of `samples_per_step` samples."""
+    ppo_epochs: int = Field(1, ge=1, le=64)
+    """Passes over a step's samples (PPO epochs)."""
+    minibatches: int = Field(1, ge=1, le=1024)
+    """Optimizer updates per pass, each on a share of the step's groups. The
+    PPO ratio of every update is against the weights before the step's first
+    one (AReaL's decoupled objective): with `ppo_epochs x minibatches` = 1
+    it is 1 and the clip (`loss.clip`, `clip_high`) cannot bind; with more
+    it does (`clip_frac`). Warmup and decay count learner steps."""
     micro_batches: int = Field(1, ge=1, le=1024)
     """Gradient accumulation: a step's samples are split into this many
     micro-batches of about equal tokens; the loss is normalised over the
@@ -102,8 +110,10 @@ class LearnerRole(RoleConfig):
     threads: int = Field(0, ge=0, json_schema_extra=SAFE)
     """torch intra-op threads (0: torch's default)."""
     agent: AgentConfig | None = resolved("rollout.agent")
-    """The agent whose prompts SFT on references imitates (the rollouts', or
-    the default agent where the run has no rollout workers)."""
+    """The rollouts' agent (the default agent where the run has no rollout
+    workers): the prompts SFT on references imitates, and the sampling
+    temperature whose distribution the learner's log-probs are of (the
+    engines record the behaviour log-probs at it)."""
     train_top_layers: int | None = Field(None, ge=1)
     """Train only the top N decoder blocks and the final norm; None: every
     weight. Frozen blocks cost no backward pass and no optimizer state: on
@@ -115,6 +125,10 @@ class LearnerRole(RoleConfig):
             raise ValueError(
                 f"micro_batches = {self.micro_batches} and micro_batch_tokens = {self.micro_batch_tokens}: "
                 "choose one way to split a step"
+            )
+        if self.minibatches > self.samples_per_step:
+            raise ValueError(
+                f"minibatches = {self.minibatches} is more than samples_per_step = {self.samples_per_step}"
             )
         if self.micro_batches > self.samples_per_step:
             raise ValueError(

@@ -34,9 +34,13 @@ TAG = "ds"
 
 
 def _schedule(lc: LearnerRole) -> Any:
+    """The learning rate's factor at each optimizer update: warmup and decay
+    count learner steps (a step takes `ppo_epochs x minibatches` updates)."""
     o = lc.optimizer
+    per_step = lc.ppo_epochs * lc.minibatches
 
-    def factor(step: int) -> float:
+    def factor(update: int) -> float:
+        step = update // per_step
         if step < o.warmup_steps:
             return (step + 1) / (o.warmup_steps + 1)
         if o.schedule == "constant":
@@ -47,9 +51,13 @@ def _schedule(lc: LearnerRole) -> Any:
     return factor
 
 
-def token_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor) -> tuple[Any, Any, Any]:
+def token_logprobs(
+    model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0
+) -> tuple[Any, Any, Any]:
     """(log-probs of tokens 1..T-1 given those before, the summed entropy
-    where tokens are trained, the positions computed). The vocabulary
+    where tokens are trained, the positions computed), of the distribution
+    the tokens were sampled from: the logits divided by `temperature`, as
+    the engines' behaviour log-probs are (rl.engine). The vocabulary
     projection and softmax run only at positions where some row trains a
     token: over prompts they were most of a step's time and memory (49k
     logits a position). Elsewhere the log-probs are 0, and masked out."""
@@ -58,7 +66,8 @@ def token_logprobs(model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torc
     if keep.numel() == 0:  # nothing trained (a weight-0 pass): one position keeps the graph
         keep = torch.tensor([ids.shape[1] - 2], device=ids.device)
     target = ids[:, 1:].index_select(1, keep)[..., None]
-    kept = torch.log_softmax(model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits.float(), -1)
+    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits.float()
+    kept = torch.log_softmax(logits / temperature if temperature != 1.0 else logits, -1)
     logp = torch.zeros(ids.shape[0], ids.shape[1] - 1, device=ids.device)
     logp = logp.index_copy(1, keep, kept.gather(-1, target).squeeze(-1))
     with torch.no_grad():  # the policy's entropy where it sampled
@@ -85,6 +94,18 @@ def freeze_below(model: Any, top: int) -> None:
         norm.requires_grad_(True)
 
 
+def _minibatches(samples: list[Sample], k: int) -> list[list[Sample]]:
+    """`samples` in `k` shares of whole groups (group-relative advantages
+    are computed over the step first), in their order; fewer when there are
+    fewer groups."""
+    groups: dict[int, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.group_id, []).append(s)
+    order = list(groups.values())
+    k = max(1, min(k, len(order)))
+    return [[s for g in order[i::k] for s in g] for i in range(k)]
+
+
 class Trainer:
     def __init__(self, model_path: str, lc: LearnerRole, rendezvous: Path | None = None):
         import deepspeed
@@ -95,6 +116,9 @@ class Trainer:
         dist.init_distributed(rendezvous, lc.collective_timeout_s)
         self.lc = lc
         self.rank, self.world = dist.rank(), dist.world()
+        sampled_at = lc.agent.temperature if lc.agent is not None else 1.0
+        self.temperature = sampled_at if sampled_at > 0 else 1.0
+        """The rollouts' sampling temperature: log-probs are of logits / it (greedy: 1)."""
         self.updating = False
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
         model.config.use_cache = False
@@ -142,27 +166,86 @@ class Trainer:
             behaviour[i, :k] = torch.from_numpy(np.array(s.logprobs, dtype=np.float32))
         dev = self.engine.device
         ids, attn, mask, behaviour = ids.to(dev), attn.to(dev), mask.to(dev), behaviour.to(dev)
-        logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask)
+        logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask, self.temperature)
         out = {"logp": logp, "mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "entropy_sum": entropy}
         if self.reference is not None:
             with torch.no_grad():
-                out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask)[0]
+                out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask, self.temperature)[0]
         return out
 
     # ------------------------------------------------------------------ step
     def step(self, samples: list[Sample]) -> dict[str, float] | None:
-        """One optimizer step over `samples` (every rank is given the same);
-        None (nothing applied) when the loss or the gradient is not finite.
-
-        Each micro-batch's loss is weighted by its share of the step's
-        samples (or tokens, as the loss averages), so the step's gradient is
-        that of all its samples at once, however they are split over
-        micro-batches and ranks."""
+        """One learner step over `samples` (every rank is given the same):
+        `ppo_epochs` passes, each of `minibatches` optimizer updates on a
+        share of the samples. The PPO ratio of every update is against the
+        proximal policy, the weights before the step's first update (AReaL's
+        decoupled objective; the importance weight against the behaviour
+        policy is the correction's): with one update it is 1 and the clip
+        cannot bind; with several it does. None (the step is not applied:
+        the caller rolls back) when a loss or a gradient is not finite.
+        Figures are the mean over the updates."""
         loss_cfg = self.lc.loss
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
         groups = torch.tensor([s.group_id for s in samples])
         lengths = torch.tensor([int(np.asarray(s.loss_mask).sum()) for s in samples])
         adv = loss_cfg.advantages(rewards, groups, lengths).float()
+        index = {id(s): i for i, s in enumerate(samples)}
+        updates = self.lc.ppo_epochs * self.lc.minibatches
+        proximal = self._proximal(samples) if updates > 1 else None
+        per_update: list[dict[str, float]] = []
+        try:
+            for _ in range(self.lc.ppo_epochs):
+                for share in _minibatches(samples, self.lc.minibatches):
+                    m = self._update(share, adv[[index[id(s)] for s in share]], proximal)
+                    if m is None:
+                        self.updating = False  # nothing to count: the caller rolls back
+                        return None
+                    per_update.append(m)
+        except BaseException:
+            self.updating = False
+            raise
+        # `updating` stays set until the learner has counted the step (Training.apply): a save
+        # between the first update and the count would be of weights ahead of their step
+        metrics = {k: float(np.mean([m[k] for m in per_update])) for k in per_update[0]}
+        metrics["ratio_max"] = max(m["ratio_max"] for m in per_update)
+        metrics.update(
+            updates=float(updates),
+            lr=float(self.scheduler.get_last_lr()[0]),
+            samples=float(len(samples)),
+            tokens=float(lengths.sum()),
+            reward_mean=float(rewards.mean()),
+            reward_std=float(rewards.std(unbiased=False)),
+            advantage_mean=float(adv.mean()),
+            advantage_abs=float(adv.abs().mean()),
+            response_len=float(lengths.float().mean()),
+            response_len_max=float(lengths.max()),
+        )
+        return metrics
+
+    def _proximal(self, samples: list[Sample]) -> dict[int, torch.Tensor]:
+        """Every sample's log-probs under the weights before the step's
+        first update (no gradient): what the PPO ratio of each update is
+        against."""
+        out: dict[int, torch.Tensor] = {}
+        with torch.no_grad():
+            for part in micro_batches(samples, max(1, self.lc.micro_batches), self.lc.micro_batch_tokens):
+                if not part:
+                    continue
+                logp = self._forward(part)["logp"].cpu()
+                for i, s in enumerate(part):
+                    out[id(s)] = logp[i, : len(s.tokens) - 1]
+        return out
+
+    def _update(
+        self, samples: list[Sample], adv: torch.Tensor, proximal: dict[int, torch.Tensor] | None
+    ) -> dict[str, float] | None:
+        """One optimizer update over `samples` (their advantages `adv`).
+        Each micro-batch's loss is weighted by its share of the update's
+        samples (or tokens, as the loss averages), so the gradient is that
+        of all its samples at once, however they are split over micro-batches
+        and ranks."""
+        loss_cfg = self.lc.loss
+        lengths = torch.tensor([int(np.asarray(s.loss_mask).sum()) for s in samples])
         index = {id(s): i for i, s in enumerate(samples)}
         parts = micro_batches(samples, self.lc.micro_batches, self.lc.micro_batch_tokens)
         parts += [[] for _ in range(-len(parts) % self.world)]  # each rank the same number of passes
@@ -181,10 +264,15 @@ class Trainer:
             weight = 1.0 if part else 0.0
             part = part or samples[:1]
             f = self._forward(part)
-            corr = correct(f["logp"].detach(), f["behaviour"], f["mask"], self.lc.correction)
+            old = f["logp"].detach()
+            if proximal is not None:
+                old = torch.zeros_like(old)
+                for i, s in enumerate(part):
+                    old[i, : len(s.tokens) - 1] = proximal[id(s)].to(old.device)
+            corr = correct(old, f["behaviour"], f["mask"], self.lc.correction)
             x = LossInputs(
                 logp=f["logp"],
-                old_logp=f["logp"].detach(),
+                old_logp=old,
                 behaviour_logp=f["behaviour"],
                 mask=corr.mask,
                 advantages=adv[[index[id(s)] for s in part]].to(self.engine.device),
@@ -220,9 +308,8 @@ class Trainer:
         if bad:
             self.engine.zero_grad()
             return None
-        self.updating = True  # the weights and the optimizer change now
+        self.updating = True  # the weights and the optimizer change now, until the step's last update
         self.engine.step()
-        self.updating = False
         if not self.engine.was_step_applied():  # ZeRO 1-3: the gradient's norm was not finite
             return None
         n_tok = max(float(lengths.sum()), 1.0)
@@ -230,18 +317,7 @@ class Trainer:
         metrics = {n: summed[n] / n_tok if n in per_token else summed[n] for n in names}
         metrics["ratio_max"] = dist.all_max(ratio_max)
         norm = self.engine.get_global_grad_norm()  # of the all-reduced gradient, before clipping
-        metrics.update(
-            grad_norm=float(norm) if norm is not None else local,
-            lr=float(self.scheduler.get_last_lr()[0]),
-            samples=float(len(samples)),
-            tokens=float(lengths.sum()),
-            reward_mean=float(rewards.mean()),
-            reward_std=float(rewards.std(unbiased=False)),
-            advantage_mean=float(adv.mean()),
-            advantage_abs=float(adv.abs().mean()),
-            response_len=float(lengths.float().mean()),
-            response_len_max=float(lengths.max()),
-        )
+        metrics["grad_norm"] = float(norm) if norm is not None else local
         return metrics
 
     # ----------------------------------------------------------- persistence

@@ -122,6 +122,7 @@ class Training:
         for key in data.keys:
             self.cursor.add(key)
         self.history.append([self.step, [f"{w}/{s}" for w, s in data.keys]])
+        self.trainer.updating = False  # the weights and their step agree again
         self.applying = False
 
     def next_data(self) -> StepData | None:
