@@ -35,6 +35,7 @@ def make_samples(writer: str, seq: int, n: int, tokens: int) -> list[Sample]:
                 reward=float(i % 2),
                 checks={"tests": float(i % 2), "lint": 1.0},
                 timings={"generate_s": 0.1, "execute_s": 0.2, "verify_s": 0.3},
+                temperature=(0.0, 0.7, 1.0)[i % 3],
             )
         )
     return out

@@ -574,7 +574,8 @@ lr = 3e-2
                     ids = np.array(prompt + c.token_ids, dtype=np.int32)
                     mask = np.array([0] * len(prompt) + [1] * len(c.token_ids), dtype=np.uint8)
                     lp = np.array([0.0] * len(prompt) + list(c.logprobs), dtype=np.float32)
-                    samples.append(Sample("say", 2 * v + g, v, ids, mask, lp, reward, episode_id=f"{2 * v + g}/{i}"))
+                    group, episode = 2 * v + g, f"{2 * v + g}/{i}"
+                    samples.append(Sample("say", group, v, ids, mask, lp, reward, episode_id=episode, temperature=1.0))
             rewards = [s.reward for s in samples]
             rewards_by_round.append(float(np.mean(rewards)))
             if shuffle:
@@ -924,25 +925,34 @@ def test_log_probs_are_computed_only_where_trained_and_match_the_full_softmax(ti
 
 
 def test_behaviour_log_probs_are_of_the_tempered_distribution_the_learner_recomputes(tiny_model: Path) -> None:
-    """A reply sampled at temperature 0.7 by the HF engine: the log-probs it
-    records are those of logits / 0.7, and the trainer's log-probs at the
-    rollouts' temperature are the same numbers (its importance weights then
-    compare like with like). The untempered distribution's differ."""
+    """Replies sampled at temperatures 0.7 and 1.5 by the HF engine, in one
+    batch: the log-probs each records are those of logits / its temperature,
+    and the trainer takes each sample's own at the temperature the sample
+    carries, so that its importance weights compare like with like
+    (mismatch_kl about 0). The same samples labelled with the wrong
+    temperatures show the mismatch, and the untempered distribution's
+    log-probs differ from the recorded ones."""
     import torch
     from transformers import AutoModelForCausalLM
 
     from rl.engine import make_engine
     from rl.engine.config import HFEngineConfig, SamplingParams
-    from rl.learner.trainer import token_logprobs
+    from rl.learner.config import LearnerRole
+    from rl.learner.trainer import Trainer, token_logprobs
     from rl.model import ModelConfig
 
     engine = make_engine(HFEngineConfig(max_model_len=256), ModelConfig(path=str(tiny_model), dtype="float32"))
     prompt = list(range(5, 25))
+    temps = (0.7, 1.5)
     try:
-        [[c]] = engine.generate([prompt], SamplingParams(temperature=0.7, max_tokens=12, seed=3, ignore_eos=True))
+        replies = [
+            engine.generate([prompt], SamplingParams(temperature=t, max_tokens=12, n=2, seed=3, ignore_eos=True))[0]
+            for t in temps
+        ]
     finally:
         engine.close()
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
+    c = replies[0][0]
     ids = torch.tensor([prompt + c.token_ids])
     mask = torch.tensor([[0.0] * len(prompt) + [1.0] * len(c.token_ids)])
     trained = mask[:, 1:] > 0
@@ -952,6 +962,24 @@ def test_behaviour_log_probs_are_of_the_tempered_distribution_the_learner_recomp
     recorded = torch.tensor(c.logprobs)
     assert torch.allclose(tempered, recorded, atol=1e-4), (tempered - recorded).abs().max()
     assert float((plain - recorded).abs().max()) > 1e-2
+
+    def batch(labels: tuple[float, float]) -> list[Sample]:
+        out = []
+        for g, (outs, t) in enumerate(zip(replies, labels, strict=True)):
+            for i, c in enumerate(outs):
+                ids = np.array(prompt + c.token_ids, dtype=np.int32)
+                mask = np.array([0] * len(prompt) + [1] * len(c.token_ids), dtype=np.uint8)
+                lp = np.array([0.0] * len(prompt) + list(c.logprobs), dtype=np.float32)
+                out.append(Sample("t", g, 0, ids, mask, lp, float(i), episode_id=f"{g}/{i}", temperature=t))
+        return out
+
+    kl = {}
+    for name, labels in (("right", temps), ("wrong", temps[::-1])):
+        lc = LearnerRole.model_validate({"steps": 1, "samples_per_step": 4})
+        metrics = Trainer(str(tiny_model), lc).step(batch(labels))
+        assert metrics is not None
+        kl[name] = metrics["mismatch_kl"]
+    assert abs(kl["right"]) < 1e-5 and kl["wrong"] > 1e-3, kl  # measured: 0 and 5.9e-3
 
 
 def test_several_updates_a_step_clip_against_the_weights_before_the_step(tiny_model: Path) -> None:

@@ -38,6 +38,7 @@ def _check_batch(store: Store, key: tuple[str, int]) -> None:
         assert np.array_equal(got.tokens, exp.tokens) and np.array_equal(got.loss_mask, exp.loss_mask)
         assert np.array_equal(got.logprobs, exp.logprobs) and got.checks == exp.checks
         assert got.timings == exp.timings and got.reward == exp.reward
+        assert got.temperature == exp.temperature
 
 
 # ------------------------------------------------------------------ rollouts
@@ -77,6 +78,7 @@ def test_zarr_reads_what_the_store_wrote(tmp_path: Path) -> None:
         "time/generate_s",
         "time/execute_s",
         "time/verify_s",
+        "temperature",
     ]
     assert np.array_equal(b.reward, [s.reward for s in make_samples("w0", 0, 4, 6)])
 
@@ -88,6 +90,8 @@ def test_zarr_reads_what_the_store_wrote(tmp_path: Path) -> None:
         (lambda s: setattr(s, "logprobs", s.logprobs[:2]), "must have one length"),
         (lambda s: setattr(s, "tokens", s.tokens.reshape(1, -1)), "one-dimensional"),
         (lambda s: setattr(s, "reward", float("nan")), "reward is nan"),
+        (lambda s: setattr(s, "temperature", -0.5), "temperature is -0.5"),
+        (lambda s: setattr(s, "temperature", float("inf")), "temperature is inf"),
         (lambda s: setattr(s, "checks", {"tests": 1.0}), "differ from the batch's"),
         (lambda s: setattr(s, "timings", {"think_s": 1.0}), "unknown timings ['think_s']"),
         (lambda s: setattr(s, "tokens", -s.tokens), "non-negative integers"),

@@ -111,9 +111,9 @@ class LearnerRole(RoleConfig):
     """torch intra-op threads (0: torch's default)."""
     agent: AgentConfig | None = resolved("rollout.agent")
     """The rollouts' agent (the default agent where the run has no rollout
-    workers): the prompts SFT on references imitates, and the sampling
-    temperature whose distribution the learner's log-probs are of (the
-    engines record the behaviour log-probs at it)."""
+    workers): the prompts SFT on references imitates. (The temperature the
+    learner's log-probs are taken at is each sample's own, recorded with
+    it: rl.store.Sample.temperature.)"""
     train_top_layers: int | None = Field(None, ge=1)
     """Train only the top N decoder blocks and the final norm; None: every
     weight. Frozen blocks cost no backward pass and no optimizer state: on

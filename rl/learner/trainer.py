@@ -52,12 +52,13 @@ def _schedule(lc: LearnerRole) -> Any:
 
 
 def token_logprobs(
-    model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, temperature: float = 1.0
+    model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, temperature: float | torch.Tensor = 1.0
 ) -> tuple[Any, Any, Any]:
     """(log-probs of tokens 1..T-1 given those before, the summed entropy
     where tokens are trained, the positions computed), of the distribution
-    the tokens were sampled from: the logits divided by `temperature`, as
-    the engines' behaviour log-probs are (rl.engine). The vocabulary
+    the tokens were sampled from: the logits divided by `temperature` (one
+    for all rows, or one a row), as the engines' behaviour log-probs are
+    (rl.engine). The vocabulary
     projection and softmax run only at positions where some row trains a
     token: over prompts they were most of a step's time and memory (49k
     logits a position). Elsewhere the log-probs are 0, and masked out."""
@@ -67,7 +68,11 @@ def token_logprobs(
         keep = torch.tensor([ids.shape[1] - 2], device=ids.device)
     target = ids[:, 1:].index_select(1, keep)[..., None]
     logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits.float()
-    kept = torch.log_softmax(logits / temperature if temperature != 1.0 else logits, -1)
+    if isinstance(temperature, torch.Tensor):
+        logits = logits / temperature.to(logits).view(-1, 1, 1)
+    elif temperature != 1.0:
+        logits = logits / temperature
+    kept = torch.log_softmax(logits, -1)
     logp = torch.zeros(ids.shape[0], ids.shape[1] - 1, device=ids.device)
     logp = logp.index_copy(1, keep, kept.gather(-1, target).squeeze(-1))
     with torch.no_grad():  # the policy's entropy where it sampled
@@ -116,9 +121,6 @@ class Trainer:
         dist.init_distributed(rendezvous, lc.collective_timeout_s)
         self.lc = lc
         self.rank, self.world = dist.rank(), dist.world()
-        sampled_at = lc.agent.temperature if lc.agent is not None else 1.0
-        self.temperature = sampled_at if sampled_at > 0 else 1.0
-        """The rollouts' sampling temperature: log-probs are of logits / it (greedy: 1)."""
         self.updating = False
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
         model.config.use_cache = False
@@ -164,13 +166,15 @@ class Trainer:
             attn[i, :k] = 1
             mask[i, :k] = torch.from_numpy(np.array(s.loss_mask, dtype=np.float32))
             behaviour[i, :k] = torch.from_numpy(np.array(s.logprobs, dtype=np.float32))
+        # each sample's log-probs at the temperature it was sampled at (greedy's are the plain softmax's)
+        temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in samples])
         dev = self.engine.device
-        ids, attn, mask, behaviour = ids.to(dev), attn.to(dev), mask.to(dev), behaviour.to(dev)
-        logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask, self.temperature)
+        ids, attn, mask, behaviour, temps = (t.to(dev) for t in (ids, attn, mask, behaviour, temps))
+        logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask, temps)
         out = {"logp": logp, "mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "entropy_sum": entropy}
         if self.reference is not None:
             with torch.no_grad():
-                out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask, self.temperature)[0]
+                out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask, temps)[0]
         return out
 
     # ------------------------------------------------------------------ step

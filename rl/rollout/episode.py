@@ -54,6 +54,8 @@ class Episode:
     """Each run of the policy's code with the visible examples."""
     episode_id: str = ""
     """Its identity in the run, `GROUP/INDEX`, set by the rollout worker."""
+    temperature: float = 1.0
+    """The temperature every reply was sampled at (0: greedy)."""
 
 
 def run_episode(
@@ -135,4 +137,4 @@ def run_episode(
     t0 = time.monotonic()
     verdict = verifier.verify(task, solution)
     timings["verify_s"] = time.monotonic() - t0
-    return Episode(traj, solution, turns, end, verdict, timings, outcomes)
+    return Episode(traj, solution, turns, end, verdict, timings, outcomes, temperature=cfg.temperature)

@@ -71,6 +71,7 @@ def to_samples(result: GroupResult) -> list[Sample]:
                 failure=failure_of(ep),
                 versions=a["versions"],
                 episode_id=ep.episode_id,
+                temperature=ep.temperature,
             )
         )
     return out

@@ -14,8 +14,9 @@ batch (see zgroup). Columns:
   ids       int64  [N, 2]   group_id (samples of one prompt share it),
                             policy_version (weight version that sampled it)
   scores    float64[N, K]   reward, then every check's score, then the
-                            timings generate_s, execute_s, verify_s; column
-                            names in the attribute `score_columns`
+                            timings generate_s, execute_s, verify_s, then
+                            the sampling temperature; column names in the
+                            attribute `score_columns`
 attributes: writer, seq, score_columns, task ids and failures (strings).
 Per-sample values share two arrays, and the loss mask is the version column's
 sign, so that a batch is 6 arrays: 14 files in
@@ -92,6 +93,13 @@ class Sample:
     episode_id: str = ""
     """The episode's identity in the run (`GROUP/INDEX` for rollouts): the
     same episode played again after a crash has the same identity."""
+    temperature: float = 1.0
+    """The temperature the policy's tokens were sampled at (0: greedy).
+    `logprobs` are of the logits divided by it, and the learner computes
+    its own at the same temperature: the importance ratio compares one
+    distribution with itself. Each sample carries its own, so that batches
+    sampled at different temperatures (an agent's, an endpoint client's)
+    train side by side."""
 
     def token_versions(self) -> np.ndarray:
         if self.versions is not None:
@@ -137,7 +145,15 @@ class RolloutBatch:
     @property
     def timings(self) -> np.ndarray:
         """[N, 3]: generate_s, execute_s, verify_s."""
-        return self.columns["scores"][:, 1 + len(self.check_names) :]
+        c = 1 + len(self.check_names)
+        return self.columns["scores"][:, c : c + len(TIMINGS)]
+
+    @property
+    def temperature(self) -> np.ndarray:
+        """[N]: each sample's sampling temperature (1 in a batch written
+        before samples carried theirs)."""
+        scores, c = self.columns["scores"], 1 + len(self.check_names) + len(TIMINGS)
+        return scores[:, c] if scores.shape[1] > c else np.ones(len(scores))
 
     @property
     def group_id(self) -> np.ndarray:
@@ -163,6 +179,7 @@ class RolloutBatch:
             timings=dict(zip(TIMINGS, map(float, self.timings[i]), strict=True)),
             failure=self.failures[i],
             episode_id=self.episode_ids[i] if self.episode_ids else "",
+            temperature=float(self.temperature[i]),
         )
 
     def samples(self) -> list[Sample]:
@@ -184,6 +201,11 @@ def _columns(samples: Sequence[Sample]) -> tuple[dict[str, np.ndarray], list[str
             raise BadRollout(f"sample {i} ({s.task_id!r}): checks {sorted(s.checks)} differ from the batch's {names}")
         if not math.isfinite(s.reward):
             raise BadRollout(f"sample {i} ({s.task_id!r}): reward is {s.reward}")
+        if not (isinstance(s.temperature, int | float) and math.isfinite(s.temperature) and s.temperature >= 0):
+            raise BadRollout(
+                f"sample {i} ({s.task_id!r}): temperature is {s.temperature!r}; "
+                "the temperature its tokens were sampled at is 0 (greedy) or a finite positive number"
+            )
         for name, score in s.checks.items():
             if not isinstance(score, int | float) or math.isinf(score):
                 raise BadRollout(
@@ -207,12 +229,13 @@ def _columns(samples: Sequence[Sample]) -> tuple[dict[str, np.ndarray], list[str
     versions = np.concatenate([s.token_versions() for s in samples]).astype(np.int32, copy=False)
     if versions.shape != loss_mask.shape or not np.array_equal(versions >= 0, loss_mask == 1):
         raise BadRollout("versions must be >= 0 exactly where loss_mask is 1 (the tokens the policy sampled)")
-    scores = np.empty((len(samples), 1 + len(names) + len(TIMINGS)), dtype=np.float64)
+    scores = np.empty((len(samples), 1 + len(names) + len(TIMINGS) + 1), dtype=np.float64)
     scores[:, 0] = [s.reward for s in samples]
     for j, name in enumerate(names):
         scores[:, 1 + j] = [s.checks[name] for s in samples]
     for j, t in enumerate(TIMINGS):
         scores[:, 1 + len(names) + j] = [s.timings.get(t, 0.0) for s in samples]
+    scores[:, -1] = [s.temperature for s in samples]
     cols: dict[str, np.ndarray] = {
         "tokens": tokens.astype(np.int32, copy=False),
         "versions": versions,
@@ -269,7 +292,12 @@ class RolloutWriter:
             "writer": self.writer,
             "seq": seq,
             "check_names": names,
-            "score_columns": ["reward", *(f"check/{n}" for n in names), *(f"time/{t}" for t in TIMINGS)],
+            "score_columns": [
+                "reward",
+                *(f"check/{n}" for n in names),
+                *(f"time/{t}" for t in TIMINGS),
+                "temperature",
+            ],
             "task_ids": [s.task_id for s in samples],
             "failures": [s.failure for s in samples],
             "episode_ids": [s.episode_id for s in samples],
