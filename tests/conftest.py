@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -86,22 +87,37 @@ def _queue() -> list[str]:
     return out.stdout.split("\n")[:-1] if out.returncode == 0 else []
 
 
+def _clear_queue(why: str) -> None:
+    """Cancel every job in the queue and wait until none is left; fail with
+    the queue and the node's state (a node whose slurmd is gone keeps its
+    jobs RUNNING) where they stay."""
+    for _ in range(3):  # a busy slurmctld can miss one scancel's timeout
+        left = [line.split()[0] for line in _queue()]
+        if not left:
+            return
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            subprocess.run(["scancel", *left], capture_output=True, timeout=60)
+        with contextlib.suppress(AssertionError):
+            wait_for(lambda: not _queue(), 60, "the queue to empty")
+            return
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %E"], capture_output=True, text=True, timeout=30)
+    pytest.fail(f"{why}: jobs would not leave the queue after scancel: {_queue()}; node: {node.stdout.strip()}")
+
+
 @pytest.fixture(autouse=True)
 def _slurm_isolated(request: pytest.FixtureRequest) -> Any:
     """A Slurm test starts on an empty queue and leaves none of its jobs
     behind: a job left running (or still completing) by one test would hold
-    the node's CPUs and leave the next test's jobs pending."""
+    the node's CPUs and leave the next test's jobs pending. What a test
+    leaves is cancelled at its teardown (an error there names the test that
+    left it); what an interrupted earlier test left is cancelled before the
+    next starts, so that one leak fails one test, not every one after it."""
     if request.node.get_closest_marker("slurm") is None or not shutil.which("squeue"):
         yield
         return
-    try:
-        wait_for(lambda: not _queue(), 120, "the jobs of an earlier test to leave the queue")
-    except AssertionError as e:
-        pytest.fail(f"{e}: {_queue()}")
+    _clear_queue("before the test, left by an earlier one")
     yield
-    left = [line.split()[0] for line in _queue()]
-    if left:
-        subprocess.run(["scancel", *left], capture_output=True, timeout=30)
+    _clear_queue("left by this test")
 
 
 @pytest.hookimpl(wrapper=True)

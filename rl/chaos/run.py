@@ -100,8 +100,25 @@ def _run_over(run: Path) -> bool:
 
 
 def _cancel(run: Path) -> None:
+    """Cancel the run and wait until none of its jobs is in the queue (a
+    task that has written `done` may still be exiting; the harmed run must
+    not share the node with the baseline's last processes)."""
     sarl = str(Path(sys.executable).with_name("sarl"))
     subprocess.run([sarl, "cancel", str(run)], capture_output=True)
+    from rl.run.rundir import RunDir
+
+    cfg = RunDir(run).config()
+    names = ",".join(f"sarl-{cfg.run.name}-{role}" for role in cfg.roles())
+
+    def jobs() -> list[str]:
+        out = subprocess.run(["squeue", "-h", "-n", names, "-o", "%i"], capture_output=True, text=True)
+        return out.stdout.split()
+
+    with contextlib.suppress(SarlError):
+        _wait(lambda: not jobs(), 60, "the run's jobs to leave the queue")
+        return
+    subprocess.run(["scancel", *jobs()], capture_output=True)  # a task that sarl cancel saw as done
+    _wait(lambda: not jobs(), 120, f"the jobs of {run.name} to leave the queue after scancel")
 
 
 def _rate(plain: dict[str, Any], t0: float, t1: float) -> float:
