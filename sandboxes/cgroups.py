@@ -55,6 +55,8 @@ def _default_slot_dir() -> Path:
 SLOT_DIR = _default_slot_dir()
 MAX_SLOTS = 4096
 CONTROLLERS = ("memory", "pids", "cpuacct", "freezer")
+KILL_WAIT_S = 10.0
+"""How long killing a sandbox's processes waits for them to leave its cgroups."""
 
 
 def private_dir(path: Path) -> Path:
@@ -234,7 +236,10 @@ class Cgroups:
             with contextlib.suppress(OSError):
                 (self.dirs["all"] / "cgroup.kill").write_text("1")
         freezer = self.dirs.get("freezer") if self.kind == "v1" else None
-        for _ in range(200):
+        # until the cgroups are empty, bounded by time, not by a count of looks: on a loaded
+        # machine a killed process takes longer to leave, and the slot is reused after this
+        deadline = time.monotonic() + KILL_WAIT_S
+        while time.monotonic() < deadline:
             if freezer is not None:
                 with contextlib.suppress(OSError):
                     (freezer / "freezer.state").write_text("FROZEN")

@@ -788,6 +788,21 @@ def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are
             again = client.generate([prompts[3]], {**params, "seed": 1003})
         assert again.outputs[0][0].token_ids == results[3].outputs[0][0].token_ids  # seeded: reproducible
         assert len(group.outputs[0]) == 4 and len({tuple(c.token_ids) for c in group.outputs[0]}) > 1
+        # the engine itself handed a whole burst at once, nothing in front of it: twice the prompt
+        # tokens its step takes, each prompt prefilled whole in some step, none split (a split
+        # seeded prompt killed the engine at the first step)
+        from rl.engine.config import SamplingParams
+
+        burst = prompts[:40]
+        assert sum(map(len, burst)) > 1.9 * engine.step_tokens
+        for k, p in enumerate(burst):
+            engine.add(f"burst-{k}", p, SamplingParams(temperature=0.8, max_tokens=4, seed=k, ignore_eos=True))
+        finished: set[str] = set()
+        for _ in range(500):
+            finished |= {rid for rid, _ in engine.step()}
+            if len(finished) == len(burst):
+                break
+        assert len(finished) == len(burst)
     finally:
         engine.close()
     hf = AutoModelForCausalLM.from_pretrained(checkpoint(model), dtype=torch.float32)

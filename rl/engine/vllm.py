@@ -25,6 +25,10 @@ class VLLMEngine(Engine):
             max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs,
             max_num_batched_tokens=max(8192, cfg.max_model_len),  # a whole prompt fits in one step
+            # and is never split over steps: on CPU, a seeded sequence whose prompt was split kills
+            # the engine ("CPU Generator does not use offset": it cannot rewind the sampler's
+            # generator for the discarded token of a partial prefill)
+            enable_chunked_prefill=False,
             logprobs_mode="processed_logprobs",  # of the distribution sampled from: after temperature
             enforce_eager=cfg.enforce_eager,
             kv_cache_memory_bytes=int(cfg.kv_cache_gb * (1 << 30)),

@@ -193,12 +193,17 @@ class GeneratorServer:
         tokens of this step, with one token for each sequence already
         decoding, fit in the engine's step (`Engine.step_tokens`), and (c)
         every sequence in flight, prompt and `max_tokens`, fits in its KV
-        cache (`Engine.kv_tokens`). So the engine never splits a prompt over
-        steps nor preempts a sequence: vLLM's CPU backend cannot rewind a
-        seeded sequence's random generator when it does ("CPU Generator
-        does not use offset"), and its engine died when more than about 20
-        new prompts arrived at once. A request's sequences left waiting run
-        with the same weight version: a swap waits for them."""
+        cache (`Engine.kv_tokens`). So the engine never preempts a sequence,
+        and is not handed more prompt than a step takes. (That a prompt is
+        never split over steps is the engine's own setting: vLLM's engine
+        core runs in a process of its own, on its own steps, so this loop
+        cannot tell which admitted prompts it has prefilled; rl.engine.vllm
+        turns chunked prefill off.) vLLM's CPU backend cannot rewind a
+        seeded sequence's random generator after a split or a preemption
+        ("CPU Generator does not use offset"), and its engine died when more
+        than about 20 new prompts arrived at once. A request's sequences
+        left waiting run with the same weight version: a swap waits for
+        them."""
         inflight: dict[str, tuple[Pending, int, int, int]] = {}  # engine id -> (request, prompt, sample, KV reserved)
         waiting: deque[tuple[Pending, int, int]] = deque()  # sequences of started requests not in the engine yet
         reserved = 0
