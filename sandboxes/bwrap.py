@@ -38,7 +38,6 @@ from sandboxes import resident, seccomp
 from sandboxes.base import ExecResult, SandboxDied, SandboxError
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
-from sandboxes.keys import fresh_keyrings
 
 RESIDENT_INSIDE = "/run/sarl/resident.py"
 
@@ -368,20 +367,16 @@ def _enforced(cg: Cgroups | None) -> dict[str, str]:
     return base | cg.enforced()
 
 
-def _join(procs_files: list[str]) -> None:
-    """Move the calling process into the sandbox's cgroups."""
-    pid = str(os.getpid())
-    for f in procs_files:
-        with open(f, "w") as fh:
-            fh.write(pid)
+ENTER = Path(__file__).with_name("enter.py")
 
 
-def prepare_child(slot: Slot, cg: Cgroups | None) -> None:
-    """What a sandbox's first process does before it execs bwrap: join the
-    sandbox's cgroups, and leave the host's keyrings behind (sandboxes.keys)."""
-    if cg is not None:
-        _join(cg.procs_files)
-    fresh_keyrings(slot.uid)
+def entered(command: list[str], slot: Slot, cg: Cgroups | None, rlimits: dict[str, Any] | None = None) -> list[str]:
+    """`command` (bwrap ...) started through sandboxes/enter.py: inside the
+    sandbox's cgroups, with none of the host's keyrings (sandboxes.keys), and
+    `rlimits` set. Nothing of Python runs in the child between fork and exec:
+    the worker that starts a sandbox runs threads (sandboxes/enter.py says why)."""
+    spec = {"procs": cg.procs_files if cg is not None else [], "uid": slot.uid, "rlimits": rlimits}
+    return [sys.executable, "-I", "-S", str(ENTER), json.dumps(spec), "--", *command]
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -434,12 +429,11 @@ class BwrapSandbox:
                     cmd.options += ["--ro-bind", str(Path(path).resolve()), f"{resident.PRELOAD}/{i}.py"]
                 argv = cmd.argv([resident_python, "-I", "-B", RESIDENT_INSIDE], fds)
                 self.proc = subprocess.Popen(
-                    argv,
+                    entered(argv, self.slot, self.cg),
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
                     stderr=subprocess.PIPE,
                     bufsize=0,
-                    preexec_fn=lambda: prepare_child(self.slot, self.cg),
                     pass_fds=fds,
                 )
             finally:

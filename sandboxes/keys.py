@@ -2,7 +2,7 @@
 
 On a cluster the session keyring holds Kerberos (`KEYRING:` credential
 caches) and AFS tokens; a process keeps its parent's session keyring across
-fork and exec. So, before a sandbox starts (in its `preexec_fn`, as root):
+fork and exec. So, before a sandbox starts (in sandboxes/enter.py, as root):
 
   * it joins a new, empty, anonymous session keyring: the worker's keys are
     no longer in its possession;
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 
 _SYSCALLS = {"x86_64": (248, 250), "aarch64": (217, 219), "ppc64le": (269, 271)}  # (add_key, keyctl)
 KEYCTL_JOIN_SESSION_KEYRING = 1
@@ -25,9 +24,8 @@ KEYCTL_CLEAR = 7
 KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
 
-# Looked up once, at import: `fresh_keyrings` runs in a child between fork and
-# exec, where only async-signal-safe work belongs (no dlopen, no imports).
-_NR_KEYCTL = _SYSCALLS.get(platform.machine(), (None, None))[1]
+# os.uname, not platform.machine: importing platform cost 10 ms of each sandbox's start
+_NR_KEYCTL = _SYSCALLS.get(os.uname().machine, (None, None))[1]
 _syscall = ctypes.CDLL(None, use_errno=True).syscall if _NR_KEYCTL is not None else None
 
 

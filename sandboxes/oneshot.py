@@ -13,13 +13,14 @@ import contextlib
 import os
 import shutil
 import subprocess
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from sandboxes import resident
 from sandboxes.base import ExecResult, SandboxError
-from sandboxes.bwrap import BwrapCommand, Runtime, _enforced, _rlimits, bwrap_argv, prepare_child, seccomp_pipe
+from sandboxes.bwrap import BwrapCommand, Runtime, _enforced, _rlimits, bwrap_argv, entered, seccomp_pipe
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
 
@@ -131,17 +132,21 @@ def _run_with_files(
         r, w = os.pipe()
         pass_fds.append(r)
         os.set_inheritable(r, True)
-        pid = os.fork()
-        if pid == 0:  # feed the pipe without blocking the parent
-            os.close(r)
-            with contextlib.suppress(BrokenPipeError):
-                os.write(w, data)
-            os._exit(0)
-        os.close(w)
+        threading.Thread(target=_feed, args=(w, data), daemon=True).start()  # without blocking this one
         extra += ["--perms", "0644", "--file", str(r), f"{resident.WORK}/{name}"]
     idx = cmd.options.index("--chdir")
     cmd.options[idx:idx] = extra
     return _run(cmd.argv(argv, pass_fds), stdin, rl, slot, cg, pass_fds, scratch)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    """Write `data` into a pipe bubblewrap reads a file from, then close it
+    (a bubblewrap that never reads it ends the write with EPIPE)."""
+    with contextlib.suppress(OSError):
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    os.close(fd)
 
 
 def _run(
@@ -153,17 +158,12 @@ def _run(
     pass_fds: list[int],
     scratch: _HostScratch | None,
 ) -> ExecResult:
-    def preexec() -> None:
-        prepare_child(slot, cg)
-        resident.apply_rlimits(rl)
-
     t0 = time.monotonic()
     proc = subprocess.Popen(
-        full,
+        entered(full, slot, cg, rl),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        preexec_fn=preexec,
         pass_fds=pass_fds,
     )
     for fd in pass_fds:

@@ -56,6 +56,26 @@ def test_a_key_an_episode_leaves_in_the_slot_users_keyring_is_gone_after_reset_a
         assert "left-by-episode-2" not in _keys_inside(sb)
 
 
+def test_starting_a_sandbox_runs_no_python_between_fork_and_exec() -> None:
+    """The workers that start sandboxes run threads. A child forked with
+    Python to run before its exec (a `preexec_fn`, or os.fork) can deadlock
+    on a lock another thread held, and runs the interpreter's at-fork hooks
+    in the parent too: a verifier's thread pool failed in `submit` with
+    "release unlocked lock" while one of its threads started a sandbox.
+    Starting a sandbox, persistent or one-shot with files, runs no at-fork
+    hook; what the child did instead (cgroups, keyrings, limits) still holds
+    (the limits here; the cgroups in tests/test_sandbox.py, the keyrings above)."""
+    from sandboxes.oneshot import run_once
+
+    forks: list[str] = []
+    os.register_at_fork(before=lambda: forks.append(threading.current_thread().name))
+    with open_sandbox(SandboxConfig()) as sb:
+        assert sb.run_snippet("print(6 * 7)").stdout.strip() == b"42"
+    out = run_once(["/bin/sh", "-c", "cat /sandbox/a.txt; ulimit -c"], files={"a.txt": b"hi\n"})
+    assert forks == []
+    assert out.stdout.decode().split() == ["hi", "0"], out  # the files fed, the limits set (cgroups: test_limits)
+
+
 def test_a_slot_folder_that_is_not_ours_alone_is_refused(tmp_path: Path) -> None:
     theirs = tmp_path / "theirs"
     theirs.mkdir()

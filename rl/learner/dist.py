@@ -104,6 +104,19 @@ def init_distributed(rendezvous: Path | None = None, timeout_s: float = 900.0) -
     build_ops()
     torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
     deepspeed.init_distributed(dist_backend=backend, verbose=False, timeout=timeout)
+    barrier()  # every rank has mapped every other's shared-memory workspace: the names can go
+    _unlink_shm_workspace(rank)
+
+
+def _unlink_shm_workspace(rank: int) -> None:
+    """Remove the name of the workspace DeepSpeed's CPU op created in
+    /dev/shm for this rank (`deepspeed_allreduce_buffer_UID_ADDR_PORT_RANK`,
+    64 MiB of memory). DeepSpeed never unlinks it: every learner start left
+    one behind, in a node's memory, until the node rebooted. The mapping stays
+    valid until the process exits, which frees it. Not covered: a rank
+    killed between DeepSpeed's init and this call leaves its one."""
+    uid, addr, port = os.getuid(), os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    Path(f"/dev/shm/deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank}").unlink(missing_ok=True)
 
 
 def meet(path: Path, rank: int, world: int, timeout_s: float) -> tuple[Any, str, int]:
