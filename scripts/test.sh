@@ -2,8 +2,8 @@
 # Everything the tests need, then the tests: .venv with the dev tools, bubblewrap,
 # a local Slurm (Debian packages, started as root), then ruff, mypy and pytest.
 #   sudo scripts/test.sh [PYTEST ARGS...]   (no arguments: the whole suite, in two streams)
-# The Debian packages and Slurm come up while pip installs, and DeepSpeed's op
-# compiles while ruff and mypy run: on a fresh 2-core machine that saves minutes.
+# The Debian packages and Slurm come up while pip installs: on a fresh 2-core
+# machine that saves minutes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 logs=$(mktemp -d)
@@ -25,16 +25,9 @@ tail -n 3 "$logs/system" >&2
 # transformers took 23 s of CPU against 10 s with the caches. The first import
 # of each module now writes its cache.
 unset PYTHONDONTWRITEBYTECODE
-# DeepSpeed compiles its CPU communication op at the first learner start
-# (about a minute here); build it once, so that no test's timing includes it
-.venv/bin/python -c "from rl.learner.dist import build_ops; build_ops()" >"$logs/ops" 2>&1 &
-ops=$!
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
-if ! wait "$ops"; then
-  cat "$logs/ops" >&2; echo "test: DeepSpeed's CPU op failed to build (above)" >&2; exit 1
-fi
 if [ $# -gt 0 ]; then  # a selection: as asked
   rm -rf "$logs"
   exec .venv/bin/python -m pytest "$@"

@@ -27,12 +27,10 @@ within `timeout`, and the learner is started again as a crash.
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import logging
 import os
 import socket
-import sys
 import time
 from pathlib import Path
 from typing import Any, TypeVar
@@ -48,25 +46,24 @@ of it)."""
 T = TypeVar("T")
 
 
-def build_ops() -> None:
-    """Build (or find built) the C++ op DeepSpeed's CPU communication loads
-    at init. torch waits forever on the lock of a build that was killed
-    (a SIGKILLed learner mid-build): a lock older than 10 minutes, when no
-    build takes that long, is removed first."""
-    # The build is keyed by its sources' paths, which lie inside the environment: two
-    # environments sharing torch's default folder would rebuild it at every switch
-    if os.access(sys.prefix, os.W_OK):  # not in a read-only environment (a container's)
-        os.environ.setdefault("TORCH_EXTENSIONS_DIR", str(Path(sys.prefix) / "torch_extensions"))
-    from deepspeed.comm.torch import build_shm_op
-    from torch.utils.cpp_extension import _get_build_directory
+def _without_shm_op() -> None:
+    """Keep DeepSpeed from building and loading its CPU shared-memory op.
+    It serves only `inference_all_reduce`, which the learner never calls
+    (ZeRO's collectives go through torch.distributed), and it cost:
+      * a lock file: torch's JIT loader holds one in the environment's
+        extensions folder at every load, for about a second (it runs ninja
+        again). A learner killed then left it, and every later learner of
+        that environment, on every node that shares it, waited on it forever;
+      * 64 MiB of /dev/shm per rank, which DeepSpeed never removes: every
+        learner start left its workspace in the node's memory until a reboot;
+      * a compile at the first start (about a minute).
+    TorchBackend looks `build_shm_op` up at call time; None is its own
+    answer where the op cannot be built."""
+    import importlib
 
-    root = Path(_get_build_directory("x", verbose=False)).parent
-    for lock in root.glob("*/lock"):
-        if time.time() - lock.stat().st_mtime > 600:
-            log.warning("removing a stale build lock %s", lock)
-            lock.unlink(missing_ok=True)
-    with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed prints its build on stdout
-        build_shm_op()
+    # by name: the attribute `deepspeed.comm.torch` is the torch package, which that module imports
+    backend = importlib.import_module("deepspeed.comm.torch")
+    setattr(backend, "build_shm_op", lambda: None)  # noqa: B010
 
 
 def _job_env() -> Any:
@@ -95,28 +92,15 @@ def init_distributed(rendezvous: Path | None = None, timeout_s: float = 900.0) -
         submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False, overwrite=True)
         rank, world = int(env.global_rank), int(env.num_tasks)
         store, host, port = meet(rendezvous / f"{env.job_id}.json", rank, world, timeout_s)
-        os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port))  # DeepSpeed's shared-memory op names itself so
+        os.environ.update(MASTER_ADDR=host, MASTER_PORT=str(port))
     else:
         rank, world = 0, 1
         store = torch.distributed.HashStore()
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(os.getpid()), RANK="0", LOCAL_RANK="0")
         os.environ.update(WORLD_SIZE="1", LOCAL_SIZE="1")
-    build_ops()
     torch.distributed.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
+    _without_shm_op()
     deepspeed.init_distributed(dist_backend=backend, verbose=False, timeout=timeout)
-    barrier()  # every rank has mapped every other's shared-memory workspace: the names can go
-    _unlink_shm_workspace(rank)
-
-
-def _unlink_shm_workspace(rank: int) -> None:
-    """Remove the name of the workspace DeepSpeed's CPU op created in
-    /dev/shm for this rank (`deepspeed_allreduce_buffer_UID_ADDR_PORT_RANK`,
-    64 MiB of memory). DeepSpeed never unlinks it: every learner start left
-    one behind, in a node's memory, until the node rebooted. The mapping stays
-    valid until the process exits, which frees it. Not covered: a rank
-    killed between DeepSpeed's init and this call leaves its one."""
-    uid, addr, port = os.getuid(), os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
-    Path(f"/dev/shm/deepspeed_allreduce_buffer_{uid}_{addr}_{port}_{rank}").unlink(missing_ok=True)
 
 
 def meet(path: Path, rank: int, world: int, timeout_s: float) -> tuple[Any, str, int]:
