@@ -4,6 +4,7 @@ role through the local executor and the real local Slurm."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -638,18 +639,14 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
         assert before.version == 0 and before.outputs[0][0].token_ids == before.outputs[1][0].token_ids
 
         # Continuous batching: a short request sent while a long one decodes is answered first.
-        long_done = threading.Event()
-        long = threading.Thread(
-            target=lambda: (client.generate([p], {"max_tokens": 200, "ignore_eos": True}), long_done.set())
-        )
-        long.start()
-        wait_for(lambda: _health(ep, run_dir)["busy"], 60, "the long request to be admitted into the engine")
-        assert not long_done.is_set()
-        short = client.generate([p], GREEDY)
-        assert short.outputs[0][0].token_ids == before.outputs[0][0].token_ids
-        assert not long_done.is_set()
-        long.join()
-        assert long_done.is_set()
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:  # its result, or what it raised, comes back
+            long = pool.submit(client.generate, [p], {"max_tokens": 200, "ignore_eos": True})
+            wait_for(lambda: _health(ep, run_dir)["busy"], 60, "the long request to be admitted into the engine")
+            assert not long.done()
+            short = client.generate([p], GREEDY)
+            assert short.outputs[0][0].token_ids == before.outputs[0][0].token_ids
+            assert not long.done()
+            assert len(long.result().outputs[0][0].token_ids) == 200
 
         # Requests keep coming while version 1 is loaded: each response is all one version's.
         seen: list[tuple[int, list[int]]] = []

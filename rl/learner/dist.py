@@ -51,9 +51,10 @@ def _without_shm_op() -> None:
     It serves only `inference_all_reduce`, which the learner never calls
     (ZeRO's collectives go through torch.distributed), and it cost:
       * a lock file: torch's JIT loader holds one in the environment's
-        extensions folder at every load, for about a second (it runs ninja
-        again). A learner killed then left it, and every later learner of
-        that environment, on every node that shares it, waited on it forever;
+        extensions folder at every load, while it runs ninja again. A
+        learner killed then left it, and every learner of that environment
+        started in the next 10 minutes (an older lock was removed), on any
+        node that shares it, waited on it without end;
       * 64 MiB of /dev/shm per rank, which DeepSpeed never removes: every
         learner start left its workspace in the node's memory until a reboot;
       * a compile at the first start (about a minute).
