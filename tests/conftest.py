@@ -82,8 +82,10 @@ def slurm() -> None:
 
 
 def _queue() -> list[str]:
-    """Every job the local Slurm holds, in any state (COMPLETING included)."""
-    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T %r"], capture_output=True, text=True, timeout=30)
+    """Every job the local Slurm holds, in any state (COMPLETING included).
+    slurmctld can be slow to answer on a loaded machine (it writes its state
+    to disk at every job change): it is given minutes, not seconds."""
+    out = subprocess.run(["squeue", "-h", "-o", "%i %j %T %r"], capture_output=True, text=True, timeout=180)
     return out.stdout.split("\n")[:-1] if out.returncode == 0 else []
 
 
@@ -100,7 +102,7 @@ def _clear_queue(why: str) -> None:
         with contextlib.suppress(AssertionError):
             wait_for(lambda: not _queue(), 60, "the queue to empty")
             return
-    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %E"], capture_output=True, text=True, timeout=30)
+    node = subprocess.run(["sinfo", "-h", "-N", "-o", "%N %t %E"], capture_output=True, text=True, timeout=180)
     pytest.fail(f"{why}: jobs would not leave the queue after scancel: {_queue()}; node: {node.stdout.strip()}")
 
 
@@ -127,7 +129,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     report = yield
     if report.failed and call.when == "call":
         if item.get_closest_marker("slurm") is not None and shutil.which("squeue"):
-            report.sections.append(("Slurm queue at the failure", "\n".join(_queue()) or "(empty)"))
+            try:  # what a report adds must not hide the failure it reports
+                queue = "\n".join(_queue()) or "(empty)"
+            except subprocess.TimeoutExpired:
+                queue = "(squeue did not answer within its timeout)"
+            report.sections.append(("Slurm queue at the failure", queue))
         tmp = getattr(item, "funcargs", {}).get("tmp_path")
         logs = sorted(Path(tmp).glob("**/logs/**/*_log.*"))[-12:] if tmp else []
         for log in logs:
