@@ -17,7 +17,7 @@ and such a fork runs the interpreter's at-fork hooks in the parent too: a
 verifier's thread pool failed in `submit` with "release unlocked lock"
 while one of its threads started a sandbox. With no Python code between
 fork and exec, the worker runs none of that; this file runs in a fresh,
-single-threaded interpreter (about 15 ms).
+single-threaded interpreter: 15 to 25 ms (docs/benchmarks.md).
 
 Standard library only, and no package: it imports its two neighbours by
 path, as the resident imports nothing of the host's.
@@ -30,7 +30,6 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import keys  # noqa: E402
-import resident  # noqa: E402
 
 
 def main(args: list) -> None:
@@ -42,7 +41,9 @@ def main(args: list) -> None:
         with open(path, "w") as f:
             f.write(pid)
     keys.fresh_keyrings(spec["uid"])
-    if spec["rlimits"] is not None:
+    if spec["rlimits"] is not None:  # a one-shot run's (the resident sets its children's itself)
+        import resident  # here: 8 ms of a start that has none to set
+
         resident.apply_rlimits(spec["rlimits"])
     os.execvp(command[0], command)
 
