@@ -196,7 +196,7 @@ def _planted() -> list[Task]:
     clean = HUMANEVAL[2]  # truncate_number
     wrong = HUMANEVAL[3].model_copy(update={"task_id": "planted/wrong-reference", "reference": "    return False\n"})
     flaky_tests = "import random\n\ndef check(candidate):\n" + "".join(
-        "    assert candidate(2.5) == 0.5 and random.random() < 0.5\n" for _ in range(8)
+        "    assert candidate(2.5) == 0.5 and random.random() < 0.5\n" for _ in range(16)
     )
     flaky = clean.model_copy(update={"task_id": "planted/flaky", "tests": flaky_tests})
     assertless = clean.model_copy(
@@ -229,7 +229,10 @@ def test_validation_catches_the_planted_broken_tasks(verifier: Verifier) -> None
     for t in tasks:
         if t.task_id == "planted/over-limit":
             t.limits.wall_s = 2
-    reports = {r.task_id: r for r in validate(tasks, verifier, repeats=3)}
+    # Six runs, not the default three: runs of the flaky task agree by chance when their first failing
+    # line and their share of passing lines are the same, which three runs of 8 lines did in 0.7% of runs.
+    # Six runs of 16 lines agree by chance about twice in a million.
+    reports = {r.task_id: r for r in validate(tasks, verifier, repeats=6)}
     assert reports["HumanEval/2"].ok and reports["HumanEval/4"].ok, reports
     expect = {
         "planted/wrong-reference": "reference fails",
