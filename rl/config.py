@@ -164,7 +164,9 @@ class Config(Section):
             self.rollout.model_fields_set.discard("max_model_len")
         if self.learner is not None:
             self.learner.agent = self.agent()
+            self.learner.groups_per_step = self.rollout.groups_per_step or None if self.rollout else None
             self.learner.model_fields_set.discard("agent")
+            self.learner.model_fields_set.discard("groups_per_step")
         if self.eval is not None:
             self.eval.agent = self.eval.agent or self.agent()
             self.eval.engine = self.eval.engine or self.engine()

@@ -486,6 +486,50 @@ def test_once_no_batch_will_come_what_is_left_makes_a_last_smaller_step(tmp_path
     assert take_step(store, cursor, 0, need, _Feed(stop=False, exhausted=lambda: True)) is None
 
 
+def test_a_sync_round_with_groups_given_up_is_whole_without_them(tmp_path: Path) -> None:
+    """Round 1 of 3 groups (3, 4, 5): group 4 is committed, group 3 given up
+    (dynamic sampling), group 5 not yet decided, so the step waits; once 5
+    is given up too, the round is whole and the step trains on group 4
+    alone. A round given up whole is an empty step, which the learner
+    publishes all the same. A group both given up and committed (a worker
+    killed between the two) is trained on once."""
+    from rl.learner.data import Need, take_step
+    from rl.store import Cursor
+
+    store = Store(tmp_path)
+    w = store.writer("rollout-000000")
+    ids, mask = np.arange(5, dtype=np.int32), np.array([0, 1, 1, 1, 1], dtype=np.uint8)
+
+    def group(g: int, version: int) -> list[Sample]:
+        return [
+            Sample("t", g, version, ids, mask, np.zeros(5, np.float32), float(i), episode_id=f"{g}/{i}")
+            for i in range(2)
+        ]
+
+    need = Need(6, sync=True, groups_per_step=3, poll_s=0.01)
+    w.write(0, group(4, version=1))
+    store.given_up.record(3, "dynamic sampling: every reward equal", "rollout-000001")
+    assert take_step(store, Cursor(), 1, need, _Feed(stop=True)) is None  # group 5 may still come
+    store.given_up.record(5, "sandbox: died 3 times", "rollout-000002")
+    store.given_up.record(5, "recorded twice: the first stands", "rollout-000002")
+    got = take_step(store, Cursor(), 1, need, _Feed(stop=True))
+    assert got is not None and [s.group_id for s in got.samples] == [4, 4] and got.given_up == 2
+    assert got.keys == [("rollout-000000", 0)] and store.given_up.reason(5) == "sandbox: died 3 times"
+    for g in (6, 7, 8):  # round 2: every group given up
+        store.given_up.record(g, "dynamic sampling: every reward equal", "rollout-000000")
+    cursor = Cursor()
+    cursor.add(("rollout-000000", 0))
+    empty = take_step(store, cursor, 2, need, _Feed(stop=True))
+    assert empty is not None and empty.samples == [] and empty.keys == [] and empty.given_up == 3
+    w.write(1, group(9, version=3))  # round 3: group 9 given up and committed, 10 committed, 11 given up
+    w.write(2, group(10, version=3))
+    for g in (9, 11):
+        store.given_up.record(g, "dynamic sampling: every reward equal", "rollout-000000")
+    got = take_step(store, cursor, 3, need, _Feed(stop=True))
+    assert got is not None and [s.group_id for s in got.samples] == [9, 9, 10, 10] and got.given_up == 1
+    assert take_step(store, cursor, 3, Need(6, sync=True, poll_s=0.01), _Feed(stop=True)) is None  # no round size
+
+
 @pytest.mark.slow
 def test_usr2_saves_the_last_step_at_once_and_the_requeued_learner_goes_on(workdir: Path, tiny_model: Path) -> None:
     run = _start(workdir, "usr2", tiny_model, steps=8, extra="checkpoint_every = 100\n")  # only USR2 and the end

@@ -150,3 +150,62 @@ def test_a_learner_with_fewer_rollouts_than_its_steps_need_trains_what_came_and_
         wait_for(lambda: done("generator"), 120, "the generator to end with the learner")
     finally:
         sarl("cancel", str(run), cwd=folder, check=False)
+
+
+def _dropping_run(workdir: Path, tiny_model: Path, mode: str) -> tuple[Path, Path]:
+    """A local run whose every group is dropped: dynamic sampling keeps only
+    groups whose rewards differ, and the tiny model's 8 random tokens pass
+    nothing."""
+    folder = workdir / f"dropping-{mode}"
+    folder.mkdir()
+    write_tasks(folder / "tasks.jsonl", synthesize("arithmetic", 6, seed=2))
+    body = _config(tiny_model, folder / "tasks.jsonl", mode).replace(
+        "batch_groups = 1\n", "batch_groups = 1\ndynamic_sampling = true\n"
+    )
+    sarl("submit", str(write_config(folder, body + '[executor]\ntype = "local"\n')), cwd=folder)
+    return folder, folder / "runs" / "w"
+
+
+def _ended(run: Path, role: str) -> bool:
+    path = run / "checkpoints" / role / "task-000000.json"
+    return path.exists() and bool(task_state(run, 0, role).get("done"))
+
+
+@pytest.mark.slow
+def test_runs_whose_groups_are_all_dropped_end_instead_of_waiting_for_them(workdir: Path, tiny_model: Path) -> None:
+    """Every group given up (rl.store.given_up). Sync: each round is whole
+    with no group, so each of the 4 steps is an empty one that publishes
+    the same weights as the next round's version, and the run ends with
+    version 4. Async: the gate lets a group start for each one given up, so
+    all 8 are played (not the 4 that `max_staleness` = 1 allows at version
+    0), and the learner, with no sample, ends when the workers are done.
+    Before, both waited for samples that no worker would commit, until
+    stall recovery."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        sync, async_ = pool.map(lambda m: _dropping_run(workdir, tiny_model, m), ("sync", "async"))
+    runs = {"sync": sync, "async": async_}
+    try:
+        for mode, (_, run) in runs.items():
+            wait_for(lambda run=run: _ended(run, "learner"), 600, f"the {mode} learner to end")
+            wait_for(lambda run=run: _ended(run, "rollout"), 120, f"the {mode} rollout worker to end")
+            store = Store(run / "store.zarr")
+            abandoned = task_state(run, 0, "rollout")["abandoned"]
+            assert store.given_up.groups() == {int(g) for g in abandoned} == set(range(8)), abandoned
+            assert all(r.startswith("dynamic sampling") for r in abandoned.values())
+            assert store.reader().committed() == []
+        state = task_state(runs["sync"][1], 0, "learner")
+        assert state["step"] == 4 and "ended" not in state and state["last_empty_step"] == 4, state
+        assert Store(runs["sync"][1] / "store.zarr").weights.latest() == 4
+        from rl.run.report import read_curves
+
+        curves = read_curves(runs["sync"][1] / "tb")["learner"]
+        assert [(st, v) for _, st, v in curves["learner/given_up_groups"]] == [(s, 2) for s in (1, 2, 3, 4)]
+        state = task_state(runs["async"][1], 0, "learner")
+        assert state.get("step", 0) == 0 and "the rollout workers are done" in state["ended"], state
+        for mode, (_, run) in runs.items():
+            wait_for(lambda run=run: _ended(run, "generator"), 120, f"the {mode} generator to end with the run")
+    finally:
+        for folder, run in runs.values():
+            sarl("cancel", str(run), cwd=folder, check=False)

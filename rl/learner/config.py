@@ -109,6 +109,9 @@ class LearnerRole(RoleConfig):
     """Seconds between looks at the store while waiting for rollouts."""
     threads: int = Field(0, ge=0, json_schema_extra=SAFE)
     """torch intra-op threads (0: torch's default)."""
+    groups_per_step: int | None = resolved("rollout.groups_per_step")
+    """The groups of one sync round: a sync step waits until each is
+    committed or given up (None without rollout workers)."""
     agent: AgentConfig | None = resolved("rollout.agent")
     """The rollouts' agent (the default agent where the run has no rollout
     workers): the prompts SFT on references imitates. (The temperature the

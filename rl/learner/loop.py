@@ -6,7 +6,11 @@
         at step 0 (version 0)
     while step < steps:
         data = committed batches the cursor has not consumed, each once
-               (rl.learner.data: whole groups, stale ones dropped and counted)
+               (rl.learner.data: whole groups, stale ones dropped and counted;
+               sync: the round of version `step`, whole once each of its
+               groups is committed or given up)
+        sync, and nothing to train on: a step without an update, which
+               publishes the same weights as the next round's version
         one optimizer step on them (rl.learner.trainer); a loss or gradient
                that is not finite is not applied: the learner rolls back to
                its last checkpoint, quarantines the batches with the reason,
@@ -54,7 +58,10 @@ def run(ctx: RunContext, cfg: LearnerRole) -> dict[str, Any]:
         t1 = time.monotonic()
         samples = t.trainable(data)
         if not samples:
-            t.consume(data.keys, "no sample to train on")
+            if ctx.sync:  # the next round starts only with the next version
+                t.empty_step(data, f"round {t.step} has no sample to train on ({data.given_up} groups given up)")
+            else:
+                t.consume(data.keys, "no sample to train on")
             continue
         metrics = t.trainer.step(samples)
         if metrics is None:
@@ -62,7 +69,7 @@ def run(ctx: RunContext, cfg: LearnerRole) -> dict[str, Any]:
             continue
         t.apply(data)
         step_s = time.monotonic() - t1
-        metrics.update(wait_s=t1 - t0, step_s=step_s, dropped_stale=data.dropped_stale)
+        metrics.update(wait_s=t1 - t0, step_s=step_s, dropped_stale=data.dropped_stale, given_up_groups=data.given_up)
         metrics["tokens_per_s"] = metrics["tokens"] / max(step_s, 1e-9)
         metrics["idle_ratio"] = (t1 - t0) / max(time.monotonic() - t0, 1e-9)
         metrics["staleness"] = float(np.mean([t.step - 1 - v for v in data.versions] or [0]))

@@ -138,6 +138,7 @@ class Training:
                 tokens=self.lc.tokens_per_step,
                 max_staleness=self.ctx.max_staleness,
                 sync=self.ctx.sync,
+                groups_per_step=self.lc.groups_per_step,
                 poll_s=self.lc.poll_s,
             )
             data = take_step(self.store, self.cursor, self.step, need, self)
@@ -248,7 +249,34 @@ class Training:
     # ------------------------------------------------------- after a step
     def after_step(self, metrics: dict[str, float], staleness: list[int]) -> None:
         """Publish, checkpoint, commit the step's figures, draw its curves."""
-        lc, tb = self.lc, self.tb
+        tb = self.tb
+        self._publish_and_checkpoint()
+        self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})
+        log.info("step %d: loss %.4f reward %.3f", self.step, metrics["loss"], metrics["reward_mean"])
+        if tb is not None:
+            for k, v in metrics.items():
+                tb.add_scalar(f"learner/{k}", v, self.step)
+            tb.add_histogram("learner/staleness_hist", np.asarray(staleness, dtype=np.float64), self.step)
+            tb.add_scalar("learner/version", self.store.weights.latest() or 0, self.step)
+            tb.flush()
+
+    def empty_step(self, data: StepData, why: str) -> None:
+        """Sync: a round that ended with nothing to train on (every group
+        given up, or nothing passed for SFT) is a step without an update:
+        the cursor takes its batches and the unchanged weights are published
+        as the next version, which the next round waits for."""
+        log.warning("step %d: %s; no update, the same weights published as its version", self.step + 1, why)
+        self.apply(data)
+        self._publish_and_checkpoint()
+        self.save_state(step=self.step, batches=len(self.cursor), last_empty_step=self.step, last_empty_why=why)
+        if self.tb is not None:
+            self.tb.add_scalar("learner/given_up_groups", data.given_up, self.step)
+            self.tb.add_scalar("learner/empty_step", 1.0, self.step)
+            self.tb.add_scalar("learner/version", self.store.weights.latest() or 0, self.step)
+            self.tb.flush()
+
+    def _publish_and_checkpoint(self) -> None:
+        lc = self.lc
         # A step redone after a restart (the predecessor died after publishing it, before
         # its next checkpoint) publishes nothing: versions only go forward, and that
         # version may be pruned already. The generators keep the predecessor's weights
@@ -265,14 +293,6 @@ class Training:
             log.warning("step %d redone after a restart: version %s is published already", self.step, published)
         if self.step % lc.checkpoint_every == 0 or self.step == lc.steps:
             self.save_checkpoint()
-        self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})
-        log.info("step %d: loss %.4f reward %.3f", self.step, metrics["loss"], metrics["reward_mean"])
-        if tb is not None:
-            for k, v in metrics.items():
-                tb.add_scalar(f"learner/{k}", v, self.step)
-            tb.add_histogram("learner/staleness_hist", np.asarray(staleness, dtype=np.float64), self.step)
-            tb.add_scalar("learner/version", self.store.weights.latest() or 0, self.step)
-            tb.flush()
 
     def save_checkpoint(self) -> None:
         """Commit model, optimizer, scheduler, RNG, step and cursor together.

@@ -177,6 +177,7 @@ class Worker:
             stop=self.stopping,  # a USR2 ends its waits: the requeue is not held back
         )
         self._writer = self.store.writer(self.writer_id)
+        self.store.given_up.sweep()
         self._curves = Curves(self.ctx.layout.tb(self.writer_id), self.rc.group_size)
         self.committed = committed_groups(self.store)
         self.shares = []
@@ -285,7 +286,14 @@ class Worker:
 
     # ------------------------------------------------------------ the parts
     def _gate(self, group: int) -> str:
-        """`start`, `wait`, or `closed` (sync: the group's round has passed)."""
+        """`start`, `wait`, or `closed` (sync: the group's round has passed).
+
+        Async: groups up to `max_staleness` steps ahead of the published
+        version may start, and one more for each group given up anywhere in
+        the run (rl.store.given_up), so that dropped groups never leave the
+        learner short of a step while the gate waits for that step. Sync: a
+        round's groups start with its version; a round the learner closed
+        (every group committed or given up) is not played."""
         gps = self.rc.groups_per_step
         if not gps:
             return "start"
@@ -296,7 +304,9 @@ class Worker:
                 self._abandon(group, f"sync: round {r} closed, version {v} is published")
                 return "closed"
             return "start" if v == r else "wait"
-        return "start" if group < (self.ctx.max_staleness + v + 1) * gps else "wait"
+        if group < (self.ctx.max_staleness + v + 1) * gps:
+            return "start"
+        return "start" if group < (self.ctx.max_staleness + v + 1) * gps + len(self.store.given_up.groups()) else "wait"
 
     def _task_of(self, g: int) -> Task | None:
         """The group's task: as planned before a restart, else drawn and recorded first."""
@@ -319,6 +329,9 @@ class Worker:
         return self.queue.by_id[tid]
 
     def _abandon(self, g: int, reason: str) -> None:
+        """Give up group `g`: in the store first (rl.store.given_up: what the
+        learner and the other workers' gates count on), then in the state."""
+        self.store.given_up.record(g, reason, self.writer_id)
         self.abandoned[g] = reason
         log.warning("group %d abandoned: %s", g, reason)
         self.save(abandoned={str(k): v for k, v in self.abandoned.items()})

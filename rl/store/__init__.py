@@ -3,9 +3,11 @@
     rollouts/<writer>/<seq>/   rollout batches (rl.store.rollouts)
     weights/v<version>/        weight versions (rl.store.weights)
     weights/pins/              versions held by checkpoints or generators
+    given_up/<group>           groups no batch will hold (rl.store.given_up)
 
-Every entry is a committed group: built under a private name, committed by
-one rename with its marker or manifest inside, verified by checksums on read.
+Every batch and version is a committed group: built under a private name,
+committed by one rename with its marker or manifest inside, verified by
+checksums on read. A given-up record is one file, committed by one rename.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rl.store.given_up import GivenUp
 from rl.store.rollouts import BadRollout, Cursor, RolloutBatch, RolloutReader, RolloutWriter, Sample
 from rl.store.weights import Published, UnknownVersion, WeightStore
 from rl.store.zgroup import CorruptData, Damage, StoreError
@@ -21,6 +24,7 @@ __all__ = [
     "BadRollout",
     "CorruptData",
     "Damage",
+    "GivenUp",
     "Cursor",
     "Published",
     "RolloutBatch",
@@ -53,3 +57,7 @@ class Store:
     @property
     def weights(self) -> WeightStore:
         return WeightStore(self.path)
+
+    @property
+    def given_up(self) -> GivenUp:
+        return GivenUp(self.path)
