@@ -359,6 +359,8 @@ def test_store_inspect_counts_batches_versions_and_consumption(tmp_path: Path) -
         store.writer("w0").write(seq, make_samples("w0", seq, 3, 10))
     store.writer("w1").write(0, make_samples("w1", 0, 2, 10))
     (run / "store.zarr/rollouts/w1/.0000000001.tmp-deadbeef").mkdir()  # a dead writer's leftover
+    for g in (7, 9):
+        store.given_up.record(g, "dynamic sampling: every reward equal", "w1")
     sd = _state()
     store.weights.publish(sd, version=0, dtype="float32", full_every=5)
     sd["layer1.weight"] += 1
@@ -372,11 +374,13 @@ def test_store_inspect_counts_batches_versions_and_consumption(tmp_path: Path) -
     r, w = info["rollouts"], info["weights"]
     assert (r["batches"], r["writers"], r["samples"], r["consumed"], r["unconsumed"]) == (6, 2, 17, 4, 2)
     assert r["files_per_batch"] == 14 and r["uncommitted_leftovers"] == ["w1/.0000000001.tmp-deadbeef"]
+    assert r["given_up_groups"] == 2
     assert (w["versions"], w["full"], w["delta"], w["latest_written"], w["latest_tensors"]) == (2, 1, 1, 1, 11)
     assert w["files_per_version"] == 4 and w["pins"] == {"generator-0": 0}
     text = sarl("store", "inspect", str(run), cwd=tmp_path).stdout
     assert "6 batches from 2 writers, 17 samples" in text and "consumed 4, unconsumed 2" in text
     assert "2 versions (v0..v1: 1 full, 1 delta)" in text and "generator-0 -> v0" in text
+    assert "groups given up: 2" in text
 
 
 def test_store_inspect_refuses_a_folder_without_store(tmp_path: Path) -> None:

@@ -90,6 +90,7 @@ def inspect(
         "unconsumed": len(keys) - consumed,
         "checkpoint": checkpoint,
         "uncommitted_leftovers": leftovers,
+        "given_up_groups": len(store.given_up.groups()),
     }
     return {
         "store": str(store.path),
@@ -134,6 +135,8 @@ def render(info: dict[str, Any]) -> str:
         f"          consumed {r['consumed']}, unconsumed {r['unconsumed']} "
         f"(learner checkpoint: {r['checkpoint'] or 'none'})"
     )
+    if r["given_up_groups"]:
+        lines.append(f"          groups given up: {r['given_up_groups']} (reasons: store.zarr/given_up/)")
     if r["uncommitted_leftovers"]:
         lines.append(
             f"          uncommitted leftovers of dead writers: {len(r['uncommitted_leftovers'])} "
