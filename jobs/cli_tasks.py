@@ -25,18 +25,34 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--difficulty", type=int, choices=(1, 2, 3), help="only this level (default: all three)")
     s.add_argument("-o", "--output", type=Path, default=Path("generated.jsonl"))
     s.set_defaults(handler=generate)
-    s = tsub.add_parser("split", help="split a task file into train and held-out parts, deterministically")
+    s = tsub.add_parser(
+        "split", help="split a task file into train and held-out parts by whole templates (or families), leak-checked"
+    )
     s.add_argument("file", type=Path, metavar="TASKS.jsonl")
     s.add_argument("--held-out", type=float, required=True, metavar="FRACTION")
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--by", choices=("template", "family"), default="template", help="what is held out whole")
     s.add_argument("--train", type=Path, help="default: TASKS.train.jsonl")
     s.add_argument("--heldout", type=Path, help="default: TASKS.heldout.jsonl")
     s.set_defaults(handler=split)
+    s = tsub.add_parser(
+        "leaks",
+        help="what held-out tasks share with training tasks: templates, reference programs, near-duplicate prompts; "
+        "exit 1 when any leaks",
+    )
+    s.add_argument("train", type=Path, metavar="TRAIN.jsonl")
+    s.add_argument("held", type=Path, metavar="HELDOUT.jsonl")
+    s.add_argument("--threshold", type=float, default=0.8, help="near-duplicate: estimated Jaccard at least this")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(handler=leaks)
     s = tsub.add_parser("validate", help="check every task; write a report and a clean task file")
     s.add_argument("file", type=Path, metavar="TASKS.jsonl")
     s.add_argument("-o", "--output", type=Path, help="clean task file (default: TASKS.clean.jsonl)")
     s.add_argument("--report", type=Path, help="report (default: TASKS.report.json)")
     s.add_argument("--repeats", type=int, default=3, help="runs of each reference (flaky tests disagree)")
+    s.add_argument(
+        "--against", type=Path, metavar="TRAIN.jsonl", help="a held-out file: a task that leaks from TRAIN is not clean"
+    )
     s.set_defaults(handler=validate)
     s = tsub.add_parser(
         "report",
@@ -83,16 +99,39 @@ def generate(args: argparse.Namespace) -> int:
 
 def split(args: argparse.Namespace) -> int:
     from rl.tasks.format import read_tasks, write_tasks
-    from rl.tasks.synthesis import split as split_tasks
+    from rl.tasks.split import split_tasks
 
-    train, held = split_tasks(list(read_tasks(args.file)), args.held_out, args.seed)
+    s = split_tasks(list(read_tasks(args.file)), args.held_out, args.seed, by=args.by)
     stem = args.file.name.removesuffix(".gz").removesuffix(".jsonl")
     train_path = args.train or args.file.with_name(stem + ".train.jsonl")
     held_path = args.heldout or args.file.with_name(stem + ".heldout.jsonl")
-    write_tasks(train_path, train)
-    write_tasks(held_path, held)
-    print(f"{len(train)} tasks -> {train_path}; {len(held)} held out -> {held_path}", file=sys.stderr)
+    write_tasks(train_path, s.train)
+    write_tasks(held_path, s.held)
+    units = "families" if args.by == "family" else "templates"
+    print(
+        f"{len(s.train)} tasks -> {train_path}; {len(s.held)} held out -> {held_path}: "
+        f"{s.held_units} of {s.units} {units} held out whole; {s.moved} held-out tasks that still leaked "
+        f"(same reference or near-duplicate prompt) moved to training; leak check: {len(s.leaks.leaking)} leak",
+        file=sys.stderr,
+    )
     return 0
+
+
+def leaks(args: argparse.Namespace) -> int:
+    from rl.tasks.format import read_tasks
+    from rl.tasks.leakage import find_leaks
+
+    if not 0.0 < args.threshold <= 1.0:
+        print(f"sarl tasks leaks: --threshold {args.threshold}: a Jaccard in (0, 1]", file=sys.stderr)
+        return 2
+    report = find_leaks(list(read_tasks(args.train)), list(read_tasks(args.held)), args.threshold)
+    if args.json:
+        from jobs.output import emit_json
+
+        emit_json(report.to_json(), indent=1)
+    else:
+        print(report.summary())
+    return 1 if report.leaks else 0
 
 
 def validate(args: argparse.Namespace) -> int:
@@ -111,6 +150,15 @@ def validate(args: argparse.Namespace) -> int:
     with Verifier() as verifier:
         reports = validate_tasks(tasks, verifier, repeats=args.repeats, progress=bar.update)
     bar.close()
+    if args.against is not None:  # a held-out file: leaking tasks are not clean
+        from rl.tasks.leakage import find_leaks
+
+        found = find_leaks(list(read_tasks(args.against)), tasks)
+        for r in reports:
+            mine = [x for x in found.leaks if x.held == r.task_id]
+            r.problems += [f"leaks: {x.kind} of {x.train} in {args.against}" for x in mine]
+            r.ok = not r.problems
+        print(found.summary(), file=sys.stderr)
     atomic_write(report_path, json.dumps(report_json(reports), indent=1) + "\n")
     ok = {r.task_id for r in reports if r.ok}
     write_tasks(clean, [t for t in tasks if t.task_id in ok])

@@ -2,7 +2,9 @@
 # The main job on the local default: post-train SmolLM2-135M-Instruct on
 # generated Python tasks and show held-out pass@1 before and after.
 #   1. install sarl (.venv, the CPU extras) and bubblewrap;
-#   2. generate 500 tasks in 11 families and hold 66 out;
+#   2. generate 500 tasks in 11 families and hold whole templates out
+#      (141 tasks), checked to share no template, reference program
+#      or near-duplicate prompt with the training tasks;
 #   3. a warm start: SFT on the training tasks' references (learner only);
 #   4. RL from it: a vLLM generator, a rollout worker playing the agent in
 #      sandboxes, and the learner, on the same training tasks;
@@ -21,8 +23,9 @@ tasks=runs/quickstart/tasks
 if [ ! -f "$tasks.heldout.jsonl" ]; then
   mkdir -p runs/quickstart
   $sarl tasks generate --family all -n 500 --seed 1 -o "$tasks.jsonl"
-  $sarl tasks split "$tasks.jsonl" --held-out 0.13 --seed 1     # 434 to train on, 66 held out
+  $sarl tasks split "$tasks.jsonl" --held-out 0.3 --seed 1      # by whole templates: 359 to train on, 141 held out
 fi
+$sarl tasks leaks "$tasks.train.jsonl" "$tasks.heldout.jsonl"    # exits 1 (and stops here) if any held-out task leaks
 $sarl submit examples/quickstart-sft.toml --cluster local
 $sarl status runs/quickstart-sft --wait
 [ -d runs/quickstart-sft/model ] || $sarl export runs/quickstart-sft -o runs/quickstart-sft/model

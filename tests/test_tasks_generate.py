@@ -1,4 +1,4 @@
-"""Generated tasks and splits: `sarl tasks generate` and `sarl tasks split`,
+"""Generated tasks: `sarl tasks generate` (splits: tests/test_leakage.py),
 checked with the real validation (sandboxed verifier: the reference passes
 three times alike, trivial solutions fail, no duplicates)."""
 
@@ -38,21 +38,6 @@ def test_generated_tasks_pass_validation_and_are_deterministic_and_distinct(work
     sarl("tasks", "generate", "-n", str(n + 11), "--seed", "5", "-o", "d.jsonl", cwd=workdir)
     longer = (workdir / "d.jsonl").read_text().splitlines()
     assert longer[:n] == a.splitlines()
-
-
-def test_split_is_deterministic_stratified_and_disjoint(workdir: Path) -> None:
-    sarl("tasks", "generate", "-n", "132", "--seed", "1", "-o", "g.jsonl", cwd=workdir)
-    sarl("tasks", "split", "g.jsonl", "--held-out", "0.25", "--seed", "3", cwd=workdir)
-    train = [t.task_id for t in read_tasks(workdir / "g.train.jsonl")]
-    held = list(read_tasks(workdir / "g.heldout.jsonl"))
-    assert not set(train) & {t.task_id for t in held} and len(train) + len(held) == 132
-    per_kind = Counter((t.metadata["family"], t.metadata["difficulty"]) for t in held)
-    assert set(per_kind.values()) == {1}  # 4 of each kind, a quarter held out: one each
-    first = (workdir / "g.heldout.jsonl").read_text()
-    sarl("tasks", "split", "g.jsonl", "--held-out", "0.25", "--seed", "3", "--heldout", "h2.jsonl", cwd=workdir)
-    assert (workdir / "h2.jsonl").read_text() == first
-    sarl("tasks", "split", "g.jsonl", "--held-out", "0.25", "--seed", "4", "--heldout", "h3.jsonl", cwd=workdir)
-    assert (workdir / "h3.jsonl").read_text() != first
 
 
 def test_bad_generate_and_split_input_is_a_clear_error(workdir: Path) -> None:

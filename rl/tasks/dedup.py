@@ -53,10 +53,17 @@ _A = _RNG.integers(1, 2**63, 128, dtype=np.uint64) | np.uint64(1)  # odd multipl
 _B = _RNG.integers(0, 2**63, 128, dtype=np.uint64)
 
 
-def minhash(text: str, k: int = 5) -> np.ndarray:
-    """128 MinHash values of the token k-shingles (one xxh3 per shingle, then
-    128 multiply-add hashes mod 2^64, vectorised)."""
-    toks = _tokens(text)
+def words(text: str) -> list[str]:
+    """Words and punctuation, lower-cased: the tokens of prose (a docstring
+    is one Python token, so code tokens cannot compare two prompts)."""
+    return re.findall(r"\w+|[^\w\s]", text.lower())
+
+
+def minhash(text: str, k: int = 5, tokens: list[str] | None = None) -> np.ndarray:
+    """128 MinHash values of the k-shingles of `tokens` (default: the
+    code's Python tokens): one xxh3 per shingle, then 128 multiply-add
+    hashes mod 2^64, vectorised."""
+    toks = _tokens(text) if tokens is None else tokens
     shingles = {" ".join(toks[i : i + k]) for i in range(max(1, len(toks) - k + 1))}
     x = np.fromiter((xxhash.xxh3_64_intdigest(s.encode()) for s in shingles), dtype=np.uint64, count=len(shingles))
     with np.errstate(over="ignore"):

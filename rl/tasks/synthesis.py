@@ -80,23 +80,3 @@ def synthesize(family: str, n: int, seed: int, difficulty: int | None = None) ->
                 f"{len(out)} tasks; ask for fewer"
             )
     return out
-
-
-def split(tasks: list[Task], held_out: float, seed: int) -> tuple[list[Task], list[Task]]:
-    """(train, held-out), each in the input's order; stratified by family and level."""
-    if not 0.0 < held_out < 1.0:
-        raise SynthesisError(f"--held-out {held_out}: a fraction strictly between 0 and 1")
-    strata: dict[str, list[int]] = {}
-    for i, t in enumerate(tasks):
-        key = f"{t.metadata.get('family', '')}/{t.metadata.get('difficulty', '')}"
-        strata.setdefault(key, []).append(i)
-    chosen: set[int] = set()
-    for key, idx in sorted(strata.items()):
-        order = sorted(idx, key=lambda i: tasks[i].task_id)
-        random.Random(f"{seed}/split/{key}").shuffle(order)
-        chosen.update(order[: round(held_out * len(order))])
-    train = [t for i, t in enumerate(tasks) if i not in chosen]
-    held = [t for i, t in enumerate(tasks) if i in chosen]
-    if not train or not held:
-        raise SynthesisError(f"--held-out {held_out} of {len(tasks)} tasks leaves one side empty")
-    return train, held

@@ -1,0 +1,193 @@
+"""What a held-out task shares with the tasks a run trains on.
+
+A held-out score means something only if the model never saw the held-out
+tasks in any form. Three ways a task leaks, each checked for every pair of
+a held-out and a training task:
+
+- **template**: the prompt before its examples is the same once numbers,
+  quoted strings and the function's name are masked (a task generated from
+  the same template with other constants; stricter than masking constants
+  alone, since a template may draw its function's name);
+- **reference**: the reference solutions are the same program: equal ASTs
+  once docstrings, layout and the function's name are normalised away;
+- **near-duplicate**: the descriptions' MinHash signatures (word 3-shingles,
+  rl.tasks.dedup) agree on at least `threshold` of their values (estimated
+  Jaccard), which catches reworded and lightly edited prompts.
+
+Not covered: two different programs that behave alike on every input
+(behavioural duplicates), and knowledge shared through a family's idea
+rather than its text; a family-disjoint split (`--by family`) is the
+stronger guard against the second.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import textwrap
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rl.tasks.dedup import minhash, words
+from rl.tasks.format import Task
+
+_EXAMPLES = re.compile(r">>>|\bfor example\b|\bexamples?\s*:|\be\.g\.", re.IGNORECASE)
+_STRING = re.compile(r"'''.*?'''|\"\"\".*?\"\"\"|'(?:\\.|[^'\\\n])*'|\"(?:\\.|[^\"\\\n])*\"", re.DOTALL)
+_NUMBER = re.compile(r"(?<![A-Za-z_])[-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+
+
+def _docstring_open(prompt: str) -> str:
+    """The prompt with its docstring's delimiters taken out, so that the
+    string masking below masks quoted constants, not the whole docstring."""
+    return prompt.replace('"""', "\n").replace("'''", "\n")
+
+
+def description(task: Task) -> str:
+    """The prompt before its examples (what the task asks for)."""
+    text = _docstring_open(task.prompt)
+    cut = _EXAMPLES.search(text)
+    return text[: cut.start()] if cut else text
+
+
+def template(task: Task) -> str:
+    """The task's template key: its description, with the function's name,
+    quoted strings and numbers masked, layout collapsed."""
+    text = description(task)
+    if task.entry_point:
+        text = re.sub(rf"\b{re.escape(task.entry_point)}\b", "<F>", text)
+    text = _STRING.sub("<S>", text)
+    text = _NUMBER.sub("<N>", text)
+    return re.sub(r"\s+", " ", text).strip().lower()
+
+
+def _strip_docstrings(tree: ast.AST) -> None:
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body:
+            first = body[0]
+            doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant)
+            if doc and isinstance(first.value.value, str):  # type: ignore[attr-defined]
+                node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+
+
+def reference_program(task: Task) -> str | None:
+    """The reference as a normalised AST dump; None when there is none or it
+    does not parse. A reference is either a whole module or, as in HumanEval,
+    the body that follows the prompt: then the entry point's body is taken."""
+    if not task.reference.strip():
+        return None
+    tree: ast.AST | None = None
+    for source in (textwrap.dedent(task.reference), task.prompt + task.reference):
+        try:
+            tree = ast.parse(source)
+            break
+        except SyntaxError:
+            continue
+    if tree is None:
+        return None
+    if isinstance(tree, ast.Module) and len(tree.body) > 0:  # the prompt's function: its body alone
+        fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == task.entry_point]
+        if fns:
+            tree = ast.Module(body=fns[0].body, type_ignores=[])
+    _strip_docstrings(tree)
+    for node in ast.walk(tree):  # the function's name is the template's, not the program's
+        if isinstance(node, ast.Name) and node.id == task.entry_point:
+            node.id = "_f"
+        elif isinstance(node, ast.FunctionDef) and node.name == task.entry_point:
+            node.name = "_f"
+    return ast.dump(tree, annotate_fields=False, include_attributes=False)
+
+
+def prompt_signature(task: Task) -> np.ndarray:
+    """MinHash of the word 3-shingles of the prompt's description (its
+    examples left out: other examples do not make another task)."""
+    text = description(task)
+    return minhash(text, 3, tokens=words(text))
+
+
+@dataclass
+class Leak:
+    held: str
+    """The held-out task's id."""
+    train: str
+    """The training task it leaks from."""
+    kind: str
+    """`template`, `reference` or `near-duplicate`."""
+    detail: str = ""
+
+
+@dataclass
+class LeakReport:
+    train_tasks: int
+    held_tasks: int
+    leaks: list[Leak] = field(default_factory=list)
+    threshold: float = 0.8
+
+    @property
+    def leaking(self) -> set[str]:
+        """Held-out task ids that leak, in any way."""
+        return {x.held for x in self.leaks}
+
+    def counts(self) -> dict[str, int]:
+        """Held-out tasks that leak, by kind (a task may count under several)."""
+        out = {"template": 0, "reference": 0, "near-duplicate": 0}
+        for kind in out:
+            out[kind] = len({x.held for x in self.leaks if x.kind == kind})
+        return out
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "train_tasks": self.train_tasks,
+            "held_tasks": self.held_tasks,
+            "leaking_held_tasks": len(self.leaking),
+            "by_kind": self.counts(),
+            "near_duplicate_threshold": self.threshold,
+            "leaks": [vars(x) for x in self.leaks],
+        }
+
+    def summary(self) -> str:
+        c = self.counts()
+        head = (
+            f"{len(self.leaking)} of {self.held_tasks} held-out tasks leak from the {self.train_tasks} training tasks "
+            f"(shared template {c['template']}, same reference {c['reference']}, "
+            f"near-duplicate prompt {c['near-duplicate']})"
+        )
+        first: dict[str, Leak] = {}
+        for x in self.leaks:
+            first.setdefault(x.held, x)
+        lines = [head] + [f"  {x.held}: {x.kind} of {x.train}{' (' + x.detail + ')' if x.detail else ''}"
+                          for x in list(first.values())[:20]]  # fmt: skip
+        if len(first) > 20:
+            lines.append(f"  ... and {len(first) - 20} more (--json lists every one)")
+        return "\n".join(lines)
+
+
+def find_leaks(train: list[Task], held: list[Task], threshold: float = 0.8) -> LeakReport:
+    """Every way each held-out task leaks from `train` (the first training
+    task of each kind is named)."""
+    report = LeakReport(len(train), len(held), threshold=threshold)
+    templates: dict[str, str] = {}
+    programs: dict[str, str] = {}
+    for t in train:
+        templates.setdefault(template(t), t.task_id)
+        p = reference_program(t)
+        if p is not None:
+            programs.setdefault(p, t.task_id)
+    for h in held:
+        key = template(h)
+        if key in templates:
+            report.leaks.append(Leak(h.task_id, templates[key], "template"))
+        p = reference_program(h)
+        if p is not None and p in programs:
+            report.leaks.append(Leak(h.task_id, programs[p], "reference"))
+    if train and held:
+        sig_train = np.stack([prompt_signature(t) for t in train])
+        for h in held:
+            agree = (sig_train == prompt_signature(h)[None, :]).mean(axis=1)
+            i = int(np.argmax(agree))
+            if agree[i] >= threshold:
+                report.leaks.append(
+                    Leak(h.task_id, train[i].task_id, "near-duplicate", f"estimated Jaccard {agree[i]:.2f}")
+                )
+    return report
