@@ -68,7 +68,7 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--dir", type=Path, default=None, help="a new folder for the runs (default: ./bench-learn)")
     b.add_argument("--tasks", type=int, default=500, help="generated tasks, before the split")
     b.add_argument(
-        "--held-out", type=float, default=0.3, help="fraction held out, by whole templates (0.3 of 500: 141 tasks)"
+        "--held-out", type=float, default=0.3, help="fraction held out, by whole templates (0.3 of 500: 146 tasks)"
     )
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--keep", action="store_true", help="keep the runs' weights and checkpoints (GBs)")

@@ -18,8 +18,15 @@ def add_commands(sub: Any) -> None:
     s.add_argument("source", choices=("humaneval",))
     s.add_argument("-o", "--output", type=Path, default=Path("humaneval.jsonl"))
     s.set_defaults(handler=import_tasks)
-    s = tsub.add_parser("generate", help="write generated tasks: small Python functions in 11 families, 3 levels")
-    s.add_argument("--family", default="all", help="a family, or all (default); `--family list` lists them")
+    s = tsub.add_parser(
+        "generate", help="write generated tasks: small Python functions in 13 families (2 of them composed), 3 levels"
+    )
+    s.add_argument(
+        "--family",
+        default="all",
+        help="a family, or a group: all (default), classic (11 families of few templates each), composed "
+        "(programs composed of small operations: thousands of templates); `--family list` lists them",
+    )
     s.add_argument("-n", type=int, default=100, help="tasks to write (round-robin over families and levels)")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--difficulty", type=int, choices=(1, 2, 3), help="only this level (default: all three)")
@@ -88,8 +95,12 @@ def generate(args: argparse.Namespace) -> int:
     from rl.tasks.synthesis import synthesize
 
     if args.family == "list":
+        from rl.tasks.families import GROUPS
+
         for f in FAMILIES.values():
-            print(f"{f.name:14} {f.what}")
+            print(f"{f.name:16} {f.what}")
+        for g, names in GROUPS.items():
+            print(f"{g:16} group: {', '.join(names)}")
         return 0
     tasks = synthesize(args.family, args.n, args.seed, args.difficulty)
     write_tasks(args.output, tasks)

@@ -2,8 +2,8 @@
 # The main job on the local default: post-train SmolLM2-135M-Instruct on
 # generated Python tasks and show held-out pass@1 before and after.
 #   1. install sarl (.venv, the CPU extras) and bubblewrap;
-#   2. generate 500 tasks in 11 families and hold whole templates out
-#      (141 tasks), checked to share no template, reference program
+#   2. generate 500 tasks in 13 families and hold whole templates out
+#      (146 tasks), checked to share no template, reference program
 #      or near-duplicate prompt with the training tasks;
 #   3. a warm start: SFT on the training tasks' references (learner only);
 #   4. RL from it: a vLLM generator, a rollout worker playing the agent in
@@ -23,7 +23,7 @@ tasks=runs/quickstart/tasks
 if [ ! -f "$tasks.heldout.jsonl" ]; then
   mkdir -p runs/quickstart
   $sarl tasks generate --family all -n 500 --seed 1 -o "$tasks.jsonl"
-  $sarl tasks split "$tasks.jsonl" --held-out 0.3 --seed 1      # by whole templates: 359 to train on, 141 held out
+  $sarl tasks split "$tasks.jsonl" --held-out 0.3 --seed 1      # by whole templates: 354 to train on, 146 held out
 fi
 $sarl tasks leaks "$tasks.train.jsonl" "$tasks.heldout.jsonl"    # exits 1 (and stops here) if any held-out task leaks
 $sarl submit examples/quickstart-sft.toml --cluster local

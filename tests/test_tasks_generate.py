@@ -11,7 +11,7 @@ from pathlib import Path
 from conftest import sarl
 
 from rl.tasks.families import FAMILIES
-from rl.tasks.format import read_tasks
+from rl.tasks.format import Task, read_tasks
 
 
 def test_generated_tasks_pass_validation_and_are_deterministic_and_distinct(workdir: Path) -> None:
@@ -50,3 +50,44 @@ def test_bad_generate_and_split_input_is_a_clear_error(workdir: Path) -> None:
     assert not (workdir / "g.train.jsonl").exists()
     listed = sarl("tasks", "generate", "--family", "list", cwd=workdir).stdout
     assert all(name in listed for name in FAMILIES)
+
+
+def _outputs(task: Task, body: list[str], inputs: list[object]) -> list[object]:
+    ns: dict[str, object] = {}
+    exec(task.prompt.splitlines()[0] + "\n" + "\n".join(body), ns)
+    fn = ns[task.entry_point]
+    return [fn(x) for x in inputs]  # type: ignore[operator]
+
+
+def test_composed_tasks_give_hundreds_of_templates_and_a_held_out_set_of_300_that_leaks_nothing(
+    workdir: Path,
+) -> None:
+    """1500 composed tasks: at least 500 distinct templates (the leakage
+    check's own definition), no two tasks of one behaviour on the probe
+    inputs, no stage that changes nothing, and a template-disjoint split
+    holding out at least 300 tasks with no leak. A sample passes the real
+    validation (reference passes three times, trivial answers fail)."""
+    from rl.tasks.families.compose import _PROBE_LISTS, _PROBE_STRINGS
+    from rl.tasks.leakage import find_leaks, template
+
+    sarl("tasks", "generate", "--family", "composed", "-n", "1500", "--seed", "2", "-o", "c.jsonl", cwd=workdir)
+    tasks = list(read_tasks(workdir / "c.jsonl"))
+    assert len(tasks) == 1500 and {t.metadata["family"] for t in tasks} == {"list_pipelines", "string_pipelines"}
+    assert len({template(t) for t in tasks}) >= 500
+    behaviours = [t.metadata["behaviour"] for t in tasks]
+    assert len(set(behaviours)) == len(behaviours)
+    # no stage that changes nothing: without any one stage, the reference gives other outputs on the probes
+    for t in tasks[:300]:
+        lines = t.reference.splitlines()
+        probes = _PROBE_LISTS if t.metadata["family"] == "list_pipelines" else _PROBE_STRINGS
+        full = _outputs(t, lines, probes)
+        for i in range(1, len(lines) - 1):  # line 0 binds the input, the last returns
+            assert _outputs(t, lines[:i] + lines[i + 1 :], probes) != full, (t.task_id, lines[i])
+    out = sarl("tasks", "split", "c.jsonl", "--held-out", "0.3", "--seed", "2", cwd=workdir)
+    held, train = list(read_tasks(workdir / "c.heldout.jsonl")), list(read_tasks(workdir / "c.train.jsonl"))
+    assert len(held) >= 300 and find_leaks(train, held).leaks == [], out.stderr
+    from rl.tasks.format import write_tasks
+
+    write_tasks(workdir / "sample.jsonl", held[:40] + train[:40])
+    out = sarl("tasks", "validate", "sample.jsonl", cwd=workdir, timeout=600)
+    assert "80 of 80 tasks are clean" in out.stderr, out.stdout[-2000:]

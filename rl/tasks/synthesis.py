@@ -21,10 +21,10 @@ import numpy as np
 
 from rl.errors import SarlError
 from rl.tasks.dedup import minhash, normalise
-from rl.tasks.families import FAMILIES, LEVELS, SpecError, build
+from rl.tasks.families import FAMILIES, GROUPS, LEVELS, SpecError, build
 from rl.tasks.format import Task
 
-ATTEMPTS = 25
+ATTEMPTS = 200
 
 
 class SynthesisError(SarlError, ValueError):
@@ -37,26 +37,34 @@ class _Distinct:
     def __init__(self, threshold: float = 0.8):
         self.keys: set[str] = set()
         self.sigs: list[np.ndarray] = []
+        self.behaviours: set[str] = set()
         self.threshold = threshold
 
     def add(self, t: Task) -> bool:
         key = normalise(t.prompt) + "\0" + normalise(t.tests)
+        behaviour = t.metadata.get("behaviour")
+        if key in self.keys or (behaviour is not None and behaviour in self.behaviours):
+            return False  # the same text, or the same program (outputs on the family's probe inputs)
         sig = minhash(t.prompt + "\n" + t.tests)
-        if key in self.keys or any(float(np.mean(sig == s)) >= self.threshold for s in self.sigs):
+        if any(float(np.mean(sig == s)) >= self.threshold for s in self.sigs):
             return False
         self.keys.add(key)
         self.sigs.append(sig)
+        if behaviour is not None:
+            self.behaviours.add(behaviour)
         return True
 
 
 def synthesize(family: str, n: int, seed: int, difficulty: int | None = None) -> list[Task]:
-    if family != "all" and family not in FAMILIES:
-        raise SynthesisError(f"--family {family!r}: not a family; choose 'all' or one of {', '.join(FAMILIES)}")
+    if family not in GROUPS and family not in FAMILIES:
+        raise SynthesisError(
+            f"--family {family!r}: not a family; choose {', '.join(map(repr, GROUPS))} or one of {', '.join(FAMILIES)}"
+        )
     if difficulty is not None and difficulty not in LEVELS:
         raise SynthesisError(f"--difficulty {difficulty}: levels are {', '.join(map(str, LEVELS))}")
     if n < 1:
         raise SynthesisError(f"-n {n}: generate at least one task")
-    families = list(FAMILIES.values()) if family == "all" else [FAMILIES[family]]
+    families = [FAMILIES[f] for f in GROUPS[family]] if family in GROUPS else [FAMILIES[family]]
     levels = [difficulty] if difficulty is not None else list(LEVELS)
     combos = [(f, lvl) for lvl in levels for f in families]
     seen = _Distinct()

@@ -32,6 +32,9 @@ class Spec:
     """The reference body, unindented (build() indents it)."""
     inputs: list[tuple[Any, ...]]
     """Argument tuples: the first two are the visible examples."""
+    behaviour: str = ""
+    """A key of what the program does on fixed probe inputs, where the family
+    computes one: two tasks with one key are the same program (deduplicated)."""
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,7 @@ def build(spec: Spec, task_id: str, metadata: dict[str, Any]) -> Task:
         tests=tests,
         reference=body,
         examples=[Example(call=_call(spec.name, a), expected=repr(out)) for a, out in shown],
-        metadata=metadata,
+        metadata={**metadata, "behaviour": spec.behaviour} if spec.behaviour else metadata,
     )
 
 
