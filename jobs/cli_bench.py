@@ -62,7 +62,7 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--dtype", choices=["bfloat16", "float32"], default="float32")
     b = bench(
         "learn",
-        "held-out pass@1 of the base model, after the quickstart's SFT warm start, and after its RL",
+        "held-out pass@1 of the base model, the quickstart's SFT warm start, SFT + RL, and a shuffled-reward control",
         "tiny counts and the HF engine: the whole chain in minutes, no learning claim",
     )
     b.add_argument("--dir", type=Path, default=None, help="a new folder for the runs (default: ./bench-learn)")
@@ -70,6 +70,7 @@ def add_commands(sub: Any) -> None:
     b.add_argument(
         "--held-out", type=float, default=0.3, help="fraction held out, by whole templates (0.3 of 500: 146 tasks)"
     )
+    b.add_argument("--family", default="all", help="generated tasks: a family or group (sarl tasks generate)")
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--keep", action="store_true", help="keep the runs' weights and checkpoints (GBs)")
     b.add_argument("--model", default=None, help="base model checkpoint folder (default: the built-in SmolLM2-135M)")

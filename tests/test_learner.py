@@ -1068,3 +1068,20 @@ def test_several_updates_a_step_clip_against_the_weights_before_the_step(tiny_mo
     assert figures[1]["clip_frac"] == 0.0 and figures[1]["updates"] == 1
     assert figures[4]["clip_frac"] > 0.0 and figures[4]["updates"] == 4
     assert figures[1]["lr"] == figures[4]["lr"] == pytest.approx(3e-2 * 2 / 3)  # warmup counts learner steps
+
+
+def test_a_control_step_trains_on_the_same_samples_with_their_rewards_permuted() -> None:
+    """`learner.shuffle_rewards`: the rewards of a step are a permutation of
+    its own (so reward_mean is unchanged), the same for the same seed and
+    step, another for another step; tokens and everything else stay."""
+    from rl.learner.data import shuffled_rewards
+
+    ids, mask = np.arange(5, dtype=np.int32), np.array([0, 1, 1, 1, 1], dtype=np.uint8)
+    samples = [Sample("t", g, 0, ids + g, mask, np.zeros(5, np.float32), float(g * 2 + i)) for g in range(4)
+               for i in range(2)]  # fmt: skip
+    a, b = shuffled_rewards(samples, 1, 3), shuffled_rewards(samples, 1, 3)
+    assert [s.reward for s in a] == [s.reward for s in b]  # reproducible
+    assert sorted(s.reward for s in a) == [s.reward for s in samples]  # a permutation
+    assert [s.reward for s in a] != [s.reward for s in samples]
+    assert [s.reward for s in shuffled_rewards(samples, 1, 4)] != [s.reward for s in a]
+    assert all(np.array_equal(x.tokens, y.tokens) and x.group_id == y.group_id for x, y in zip(a, samples, strict=True))

@@ -1,19 +1,21 @@
-"""`sarl bench learn`: does the quickstart's post-training help, and by how much?
+"""`sarl bench learn`: what the quickstart's post-training adds, stage by
+stage, on tasks no run trained on, against a control.
 
 It plays scripts/quickstart.sh's commands with its two configs: generated
-tasks split into train and held-out by whole templates, and refused if the
-held-out tasks leak from the training ones (`sarl tasks leaks`); `examples/quickstart-sft.toml`, a warm
-start on the training tasks' references; `sarl export`; then
-`examples/quickstart-rl.toml`, RL from the warm start on the same training
-tasks. Held-out pass@1 (greedy, one sample per task, standard error over
-tasks) is measured on the base model (version 0 of the first run), after the
-warm start and after RL, on the generated held-out tasks and on a held-out
-half of HumanEval that no run trains on.
+tasks split into train and held-out by whole templates, refused if the
+held-out tasks (or HumanEval's) leak from the training ones (`sarl tasks
+leaks`); `examples/quickstart-sft.toml`, a warm start on the training tasks'
+references; `sarl export`; `examples/quickstart-rl.toml`, RL from the warm
+start on the same training tasks; and the same RL run again with each
+step's rewards shuffled among its samples (`learner.shuffle_rewards`: same
+samples, compute and seed), the control. Pass@1 (greedy, one sample per
+task) of the base model, the warm start, SFT + RL and the control is
+measured on the generated held-out tasks and on all 164 HumanEval
+problems, with the differences between stages paired by task.
 
 Every step is the `sarl` command a user would type, in a folder of its own,
 with its output in `logs/`. `--quick` shrinks every number so that the whole
-chain runs in minutes, and evaluates the generated held-out tasks alone (its
-figures say nothing about learning).
+chain runs in minutes (its figures say nothing about learning).
 """
 
 from __future__ import annotations
@@ -79,6 +81,14 @@ class _Steps:
         return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}", *args))
 
 
+STAGES = ("base", "sft", "rl", "control")
+"""What is evaluated: the base model, the SFT warm start, SFT + RL, and SFT +
+RL with each step's rewards shuffled among its samples (the control)."""
+GAINS = (("sft", "base"), ("rl", "sft"), ("rl", "control"))
+"""The paired differences reported: what the warm start gave, what RL gave
+on top of it, and what RL gave beyond the same updates on shuffled rewards."""
+
+
 def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     t0 = time.perf_counter()
     work = Path(args.dir or "bench-learn").resolve()
@@ -88,16 +98,15 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     sh = _Steps(work)
     quick = bool(args.quick)
     n_tasks, held = (QUICK_TASKS, QUICK_HELD_OUT) if quick else (args.tasks, args.held_out)
-    sh("tasks", "tasks", "generate", "--family", "all", "-n", str(n_tasks), "--seed", str(args.seed), "-o", "gen.jsonl")
+    sh("tasks", "tasks", "generate", "--family", args.family, "-n", str(n_tasks), "--seed", str(args.seed),
+       "-o", "gen.jsonl")  # fmt: skip
     sh("split", "tasks", "split", "gen.jsonl", "--held-out", str(held), "--seed", str(args.seed))
-    sh("humaneval", "tasks", "import", "humaneval", "-o", "humaneval.jsonl")
-    sh("humaneval-split", "tasks", "split", "humaneval.jsonl", "--held-out", "0.25", "--seed", str(args.seed))
-    he_held = "humaneval.heldout.jsonl"
+    sh("humaneval", "tasks", "import", "humaneval", "-o", "humaneval.jsonl")  # all 164: no run trains on them
     # a held-out set that leaks from the training tasks measures recall: refused (the report is in logs/)
     sh("leaks", "tasks", "leaks", "gen.train.jsonl", "gen.heldout.jsonl")
-    sh("leaks-humaneval", "tasks", "leaks", "gen.train.jsonl", he_held)
+    sh("leaks-humaneval", "tasks", "leaks", "gen.train.jsonl", "humaneval.jsonl")
     if quick:  # a few held-out tasks are enough to run the chain
-        for name in ("gen.heldout.jsonl", he_held):
+        for name in ("gen.heldout.jsonl", "humaneval.jsonl"):
             lines = (work / name).read_text().splitlines()[:6]
             (work / name).write_text("\n".join(lines) + "\n")
 
@@ -109,37 +118,48 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
        "--set", 'learner.loss.tasks_file="gen.train.jsonl"')  # fmt: skip
     sh("wait-sft", "status", "runs/quickstart-sft", "--wait")
     sh("export", "export", "runs/quickstart-sft", "-o", "runs/quickstart-sft/model", "--json")
-    t_sft = time.perf_counter()
+    minutes = {"sft": (time.perf_counter() - t0) / 60}
     rl_set = [x for o in (QUICK_RL if quick else []) for x in ("--set", o)]
-    sh("submit-rl", "submit", str(RL_CONFIG), *common, *rl_set,
-       "--set", 'model.path="runs/quickstart-sft/model"',
-       "--set", 'rollout.tasks_file=["gen.train.jsonl"]')  # fmt: skip
-    sh("wait-rl", "status", "runs/quickstart-rl", "--wait")
-    t_rl = time.perf_counter()
+    rl_set += ["--set", 'model.path="runs/quickstart-sft/model"', "--set", 'rollout.tasks_file=["gen.train.jsonl"]']
+    for name, extra in (("rl", []), ("control", ["--set", 'run.name="quickstart-rl-control"',
+                                                  "--set", "learner.shuffle_rewards=true"])):  # fmt: skip
+        t = time.perf_counter()
+        sh(f"submit-{name}", "submit", str(RL_CONFIG), *common, *rl_set, *extra)
+        sh(f"wait-{name}", "status", RUNS[name], "--wait")
+        minutes[name] = (time.perf_counter() - t) / 60
 
-    extra = QUICK_EVAL if quick else FULL_EVAL
-    r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "model": args.model or "smollm2-135m-instruct"}
-    # --quick evaluates the generated held-out set alone: HumanEval's two evaluations (two more
-    # engine starts) add nothing to a check that the chain runs
-    sets = [("", "gen.heldout.jsonl")] + ([] if quick else [("humaneval_", he_held)])
-    for key, tasks in sets:
-        before = sh.eval("runs/quickstart-sft", tasks, 0, extra)
-        after = sh.eval("runs/quickstart-rl", tasks, None, extra)
-        r[f"{key}pass1_before"], r[f"{key}se_before"] = before["pass@1"], before["se@1"]
-        r[f"{key}pass1_after"], r[f"{key}se_after"] = after["pass@1"], after["se@1"]
-        r[f"{key}gain"], r[f"{key}gain_se"] = _paired_gain(Path(before["folder"]), Path(after["folder"]))
-        r[f"{key}tasks"] = after["tasks"]
-    r["minutes_sft"] = (t_sft - t0) / 60
-    r["minutes_rl"] = (t_rl - t_sft) / 60
+    evals = QUICK_EVAL if quick else FULL_EVAL
+    r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "family": args.family,
+                         "model": args.model or "smollm2-135m-instruct"}  # fmt: skip
+    for key, tasks in (("", "gen.heldout.jsonl"), ("humaneval_", "humaneval.jsonl")):
+        folders = {}
+        for stage in STAGES:
+            run, version = EVALUATED[stage]
+            got = sh.eval(run, tasks, version, evals)
+            r[f"{key}pass1_{stage}"], r[f"{key}se_{stage}"] = got["pass@1"], got["se@1"]
+            folders[stage] = Path(got["folder"])
+            r[f"{key}tasks"] = got["tasks"]
+        for a, b in GAINS:
+            r[f"{key}gain_{a}_vs_{b}"], r[f"{key}gain_{a}_vs_{b}_se"] = _paired_gain(folders[b], folders[a])
+    r.update({f"minutes_{k}": v for k, v in minutes.items()})
     r["minutes"] = (time.perf_counter() - t0) / 60  # the evaluations included
     r["folder"] = str(work)
     r = {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
     if not args.keep:
-        for run in ("quickstart-sft", "quickstart-rl"):  # the weights and checkpoints: GBs
-            shutil.rmtree(work / "runs" / run / "store.zarr", ignore_errors=True)
-            for step in (work / "runs" / run / "checkpoints" / "learner").glob("step-*"):  # not the role state
+        for run in RUNS.values():  # the weights and checkpoints: GBs
+            shutil.rmtree(work / run / "store.zarr", ignore_errors=True)
+            for step in (work / run / "checkpoints" / "learner").glob("step-*"):  # not the role state
                 shutil.rmtree(step, ignore_errors=True)
     return r, _lines(r)
+
+
+RUNS = {"sft": "runs/quickstart-sft", "rl": "runs/quickstart-rl", "control": "runs/quickstart-rl-control"}
+EVALUATED: dict[str, tuple[str, int | None]] = {
+    "base": (RUNS["sft"], 0),  # the SFT run's version 0: the base model
+    "sft": (RUNS["rl"], 0),  # the RL run's version 0: the exported warm start it began from
+    "rl": (RUNS["rl"], None),  # the newest version
+    "control": (RUNS["control"], None),
+}
 
 
 def _paired_gain(before: Path, after: Path) -> tuple[float, float]:
@@ -158,18 +178,23 @@ def _paired_gain(before: Path, after: Path) -> tuple[float, float]:
 
 def _lines(r: dict[str, Any]) -> list[str]:
     def row(name: str, key: str) -> str:
-        cells = [f"{r[f'{key}pass1_{s}']:.3f} +- {r[f'{key}se_{s}']:.3f}" for s in ("before", "after")]
-        gain = f"{r[f'{key}gain'] * 100:+.1f} +- {r[f'{key}gain_se'] * 100:.1f} points (paired se)"
-        return f"  {name:<22} {cells[0]:>15} {cells[1]:>15}   {gain}"
+        cells = [f"{r[f'{key}pass1_{s}']:.3f} +- {r[f'{key}se_{s}']:.3f}" for s in STAGES]
+        return f"  {name:<18}" + "".join(f"{c:>16}" for c in cells)
+
+    def gains(key: str) -> str:
+        return "  " + "   ".join(
+            f"{a} - {b} {r[f'{key}gain_{a}_vs_{b}'] * 100:+.1f} +- {r[f'{key}gain_{a}_vs_{b}_se'] * 100:.1f}"
+            for a, b in GAINS
+        )
 
     return [
-        f"learn: held-out pass@1 (greedy), base vs SFT warm start + RL, {r['minutes']:.1f} min in all "
-        f"(SFT {r['minutes_sft']:.1f}, RL {r['minutes_rl']:.1f})"
+        f"learn: held-out pass@1 (greedy, paired standard errors in points), {r['minutes']:.1f} min in all "
+        f"(SFT {r['minutes_sft']:.1f}, RL {r['minutes_rl']:.1f}, control {r['minutes_control']:.1f})"
         + (" [--quick: not a measurement]" if r["quick"] else ""),
-        f"  {'':<22} {'base':>15} {'SFT + RL':>15}   gain (target: +10 points, >= 2 se)",
+        f"  {'':<18}" + "".join(f"{s:>16}" for s in ("base", "SFT", "SFT + RL", "control")),
         row(f"generated ({r['tasks']})", ""),
-        row(f"HumanEval ({r['humaneval_tasks']})", "humaneval_") + "  (target: no drop beyond 1 se)"
-        if "humaneval_tasks" in r
-        else "  HumanEval              not evaluated with --quick",
+        gains("") + "   (targets: rl - sft >= +5 points and >= 2 se; rl - control >= 2 se)",
+        row(f"HumanEval ({r['humaneval_tasks']})", "humaneval_"),
+        gains("humaneval_") + "   (target: rl - sft not below -1 se)",
         f"  runs, logs and TensorBoard: {r['folder']}",
     ]

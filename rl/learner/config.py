@@ -117,6 +117,12 @@ class LearnerRole(RoleConfig):
     workers): the prompts SFT on references imitates. (The temperature the
     learner's log-probs are taken at is each sample's own, recorded with
     it: rl.store.Sample.temperature.)"""
+    shuffle_rewards: bool = False
+    """A control run: each step's rewards are permuted among its samples
+    (seeded by the run's seed and the step) before the advantages. Same
+    samples, same compute, same seed: what RL gains beyond such a run is the
+    reward's doing, not the updates' (`sarl bench learn`). The curves and
+    the role state show the true rewards."""
     train_top_layers: int | None = Field(None, ge=1)
     """Train only the top N decoder blocks and the final norm; None: every
     weight. Frozen blocks cost no backward pass and no optimizer state: on

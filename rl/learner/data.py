@@ -137,6 +137,17 @@ def take_step(store: Store, cursor: Cursor, version: int, need: Need, feed: Feed
         time.sleep(need.poll_s)
 
 
+def shuffled_rewards(samples: list[Sample], seed: int, step: int) -> list[Sample]:
+    """The control of a learning claim: the same samples with their rewards
+    permuted among them, by a permutation drawn from (seed, step) alone, so
+    that a control run and its real run differ in the rewards' pairing with
+    the replies and in nothing else."""
+    import dataclasses
+
+    order = np.random.default_rng([seed, step]).permutation(len(samples))
+    return [dataclasses.replace(s, reward=samples[int(j)].reward) for s, j in zip(samples, order, strict=True)]
+
+
 def micro_batches(
     samples: list[Sample], parts: int | None = None, token_budget: int | None = None
 ) -> list[list[Sample]]:

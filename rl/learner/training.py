@@ -22,7 +22,7 @@ from rl.context import RunContext
 from rl.learner import dist
 from rl.learner.checkpoints import LearnerCheckpoints
 from rl.learner.config import LearnerRole
-from rl.learner.data import Need, StepData, take_step
+from rl.learner.data import Need, StepData, shuffled_rewards, take_step
 from rl.learner.references import References
 from rl.store import Cursor, Sample, Store
 
@@ -110,9 +110,12 @@ class Training:
     # --------------------------------------------------------------- a step
     def trainable(self, data: StepData) -> list[Sample]:
         """The samples a step trains on: with SFT only what passed is imitated
-        (rejection sampling)."""
+        (rejection sampling); in a control run (`shuffle_rewards`) with each
+        step's rewards permuted among its samples."""
         if self.lc.loss.type == "sft":
             return [s for s in data.samples if s.failure == "" and s.reward > 0]
+        if self.lc.shuffle_rewards:
+            return shuffled_rewards(data.samples, self.ctx.seed, self.step)
         return data.samples
 
     def apply(self, data: StepData) -> None:
