@@ -147,10 +147,21 @@ def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Pat
         tags = set(acc.Tags()["scalars"])
         expected = {"loss", "policy_loss", "kl_ref", "mismatch_kl", "grad_norm", "reward_mean", "entropy", "clip_frac"}
         expected |= {"ratio_mean", "ratio_max", "lr", "tokens_per_s", "step_s", "dropped_stale", "staleness"}
-        expected |= {"advantage_abs", "reward_std", "response_len", "idle_ratio"}
+        expected |= {"advantage_abs", "reward_std", "response_len", "idle_ratio", "weight_change", "groups_with_signal"}
         assert {f"learner/{t}" for t in expected} <= tags, sorted(tags)
         assert "learner/staleness_hist" in acc.Tags()["histograms"]
         assert [e.step for e in acc.Scalars("learner/loss")] == [1, 2, 3]
+        # the distance from the start: ||w3 - w0|| / ||w0|| over the model file's weights
+        from safetensors.torch import load_file
+
+        base = {k: v.numpy().astype(np.float64) for k, v in load_file(str(tiny_model / "model.safetensors")).items()}
+        num = sum(float(((w3[k].astype(np.float64) - base[k]) ** 2).sum()) for k in base if k in w3)
+        want = (num / sum(float((b**2).sum()) for k, b in base.items() if k in w3)) ** 0.5
+        assert state["weight_change"] == pytest.approx(want, rel=1e-3) and want > 0
+        changes = [e.value for e in acc.Scalars("learner/weight_change")]
+        assert len(changes) == 3 and changes[0] > 0 and changes[-1] == pytest.approx(want, rel=1e-3)
+        # each batch holds 2 groups of rewards 0 and 1: every group has a signal
+        assert [e.value for e in acc.Scalars("learner/groups_with_signal")] == [1.0, 1.0, 1.0]
         import json
 
         glance = json.loads(sarl("status", str(run), "--json", cwd=run.parents[1]).stdout)["training"]["learner"]

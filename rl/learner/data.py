@@ -137,6 +137,16 @@ def take_step(store: Store, cursor: Cursor, version: int, need: Need, feed: Feed
         time.sleep(need.poll_s)
 
 
+def signal_share(samples: list[Sample]) -> float:
+    """The share of a step's groups whose rewards are not all equal: only
+    they give a group-relative advantage, so a step with few has little to
+    learn from."""
+    groups: dict[int, set[float]] = {}
+    for s in samples:
+        groups.setdefault(s.group_id, set()).add(float(s.reward))
+    return sum(len(r) > 1 for r in groups.values()) / len(groups) if groups else 0.0
+
+
 def shuffled_rewards(samples: list[Sample], seed: int, step: int) -> list[Sample]:
     """The control of a learning claim: the same samples with their rewards
     permuted among them, by a permutation drawn from (seed, step) alone, so

@@ -42,6 +42,7 @@ from rl.learner.config import LearnerRole
 
 
 def run(ctx: RunContext, cfg: LearnerRole) -> dict[str, Any]:
+    from rl.learner.data import signal_share
     from rl.learner.training import Training
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
@@ -70,6 +71,7 @@ def run(ctx: RunContext, cfg: LearnerRole) -> dict[str, Any]:
         t.apply(data)
         step_s = time.monotonic() - t1
         metrics.update(wait_s=t1 - t0, step_s=step_s, dropped_stale=data.dropped_stale, given_up_groups=data.given_up)
+        metrics["groups_with_signal"] = signal_share(data.samples)
         metrics["tokens_per_s"] = metrics["tokens"] / max(step_s, 1e-9)
         metrics["idle_ratio"] = (t1 - t0) / max(time.monotonic() - t0, 1e-9)
         metrics["staleness"] = float(np.mean([t.step - 1 - v for v in data.versions] or [0]))

@@ -79,6 +79,8 @@ class Training:
         self.rendezvous = Path(ctx.run_dir) / "checkpoints" / "learner" / "rendezvous"
         """Where the ranks meet (rl.learner.dist)."""
         self._kept_alive = time.monotonic()
+        self._start_weights: dict[str, Any] | None = None
+        """The run's starting weights (rank 0, read at the first publish)."""
 
     # ------------------------------------------------------------ start, end
     def start(self) -> None:
@@ -253,7 +255,9 @@ class Training:
     def after_step(self, metrics: dict[str, float], staleness: list[int]) -> None:
         """Publish, checkpoint, commit the step's figures, draw its curves."""
         tb = self.tb
-        self._publish_and_checkpoint()
+        change = self._publish_and_checkpoint()
+        if change is not None:
+            metrics["weight_change"] = change
         self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})
         log.info("step %d: loss %.4f reward %.3f", self.step, metrics["loss"], metrics["reward_mean"])
         if tb is not None:
@@ -270,16 +274,22 @@ class Training:
         as the next version, which the next round waits for."""
         log.warning("step %d: %s; no update, the same weights published as its version", self.step + 1, why)
         self.apply(data)
-        self._publish_and_checkpoint()
+        change = self._publish_and_checkpoint()
         self.save_state(step=self.step, batches=len(self.cursor), last_empty_step=self.step, last_empty_why=why)
         if self.tb is not None:
             self.tb.add_scalar("learner/given_up_groups", data.given_up, self.step)
             self.tb.add_scalar("learner/empty_step", 1.0, self.step)
+            if change is not None:
+                self.tb.add_scalar("learner/weight_change", change, self.step)
             self.tb.add_scalar("learner/version", self.store.weights.latest() or 0, self.step)
             self.tb.flush()
 
-    def _publish_and_checkpoint(self) -> None:
+    def _publish_and_checkpoint(self) -> float | None:
+        """Publish (every `publish_every` steps) and checkpoint (every
+        `checkpoint_every`); the weights' relative distance from the run's
+        start when this step published (rank 0), else None."""
         lc = self.lc
+        change = None
         # A step redone after a restart (the predecessor died after publishing it, before
         # its next checkpoint) publishes nothing: versions only go forward, and that
         # version may be pruned already. The generators keep the predecessor's weights
@@ -292,10 +302,37 @@ class Training:
                 self.store.weights.publish(weights, version=self.step, dtype=self.ctx.model.dtype)
                 if lc.keep_versions is not None:
                     self.store.weights.retain(lc.keep_versions)
+                change = self._weight_change(weights)
         elif redone:
             log.warning("step %d redone after a restart: version %s is published already", self.step, published)
         if self.step % lc.checkpoint_every == 0 or self.step == lc.steps:
             self.save_checkpoint()
+        return change
+
+    def _weight_change(self, weights: dict[str, Any]) -> float:
+        """||w - w0|| / ||w0|| over every weight the run's model file holds:
+        how far training has moved the policy (a step of RL that moves it by
+        1e-5 has changed nothing a held-out score could show). The start is
+        read once from the model folder (the base, or the export RL began from)."""
+        import math
+
+        import torch
+
+        if self._start_weights is None:
+            from safetensors.torch import load_file
+
+            self._start_weights = {}
+            for f in sorted(Path(self.model_path).glob("*.safetensors")):
+                self._start_weights.update(load_file(str(f)))
+        num = den = 0.0
+        for k, w0 in self._start_weights.items():
+            w = weights.get(k)
+            if w is None or tuple(w.shape) != tuple(w0.shape):
+                continue
+            d = w.detach().to(torch.float64) - w0.to(torch.float64)
+            num += float((d * d).sum())
+            den += float((w0.to(torch.float64) ** 2).sum())
+        return math.sqrt(num / den) if den > 0 else float("nan")
 
     def save_checkpoint(self) -> None:
         """Commit model, optimizer, scheduler, RNG, step and cursor together.
