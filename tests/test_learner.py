@@ -148,6 +148,7 @@ def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Pat
         expected = {"loss", "policy_loss", "kl_ref", "mismatch_kl", "grad_norm", "reward_mean", "entropy", "clip_frac"}
         expected |= {"ratio_mean", "ratio_max", "lr", "tokens_per_s", "step_s", "dropped_stale", "staleness"}
         expected |= {"advantage_abs", "reward_std", "response_len", "idle_ratio", "weight_change", "groups_with_signal"}
+        expected |= {"publish_s", "checkpoint_s"}
         assert {f"learner/{t}" for t in expected} <= tags, sorted(tags)
         assert "learner/staleness_hist" in acc.Tags()["histograms"]
         assert [e.step for e in acc.Scalars("learner/loss")] == [1, 2, 3]

@@ -255,9 +255,7 @@ class Training:
     def after_step(self, metrics: dict[str, float], staleness: list[int]) -> None:
         """Publish, checkpoint, commit the step's figures, draw its curves."""
         tb = self.tb
-        change = self._publish_and_checkpoint()
-        if change is not None:
-            metrics["weight_change"] = change
+        metrics.update(self._publish_and_checkpoint())
         self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})
         log.info("step %d: loss %.4f reward %.3f", self.step, metrics["loss"], metrics["reward_mean"])
         if tb is not None:
@@ -274,22 +272,23 @@ class Training:
         as the next version, which the next round waits for."""
         log.warning("step %d: %s; no update, the same weights published as its version", self.step + 1, why)
         self.apply(data)
-        change = self._publish_and_checkpoint()
+        figures = self._publish_and_checkpoint()
         self.save_state(step=self.step, batches=len(self.cursor), last_empty_step=self.step, last_empty_why=why)
         if self.tb is not None:
             self.tb.add_scalar("learner/given_up_groups", data.given_up, self.step)
             self.tb.add_scalar("learner/empty_step", 1.0, self.step)
-            if change is not None:
-                self.tb.add_scalar("learner/weight_change", change, self.step)
+            for k, v in figures.items():
+                self.tb.add_scalar(f"learner/{k}", v, self.step)
             self.tb.add_scalar("learner/version", self.store.weights.latest() or 0, self.step)
             self.tb.flush()
 
-    def _publish_and_checkpoint(self) -> float | None:
+    def _publish_and_checkpoint(self) -> dict[str, float]:
         """Publish (every `publish_every` steps) and checkpoint (every
-        `checkpoint_every`); the weights' relative distance from the run's
-        start when this step published (rank 0), else None."""
+        `checkpoint_every`). Figures: the seconds each took, and the weights'
+        relative distance from the run's start when this step published (rank 0)."""
         lc = self.lc
-        change = None
+        figures: dict[str, float] = {}
+        t0 = time.monotonic()
         # A step redone after a restart (the predecessor died after publishing it, before
         # its next checkpoint) publishes nothing: versions only go forward, and that
         # version may be pruned already. The generators keep the predecessor's weights
@@ -302,12 +301,15 @@ class Training:
                 self.store.weights.publish(weights, version=self.step, dtype=self.ctx.model.dtype)
                 if lc.keep_versions is not None:
                     self.store.weights.retain(lc.keep_versions)
-                change = self._weight_change(weights)
+                figures["publish_s"] = time.monotonic() - t0
+                figures["weight_change"] = self._weight_change(weights)
         elif redone:
             log.warning("step %d redone after a restart: version %s is published already", self.step, published)
         if self.step % lc.checkpoint_every == 0 or self.step == lc.steps:
+            t1 = time.monotonic()
             self.save_checkpoint()
-        return change
+            figures["checkpoint_s"] = time.monotonic() - t1
+        return figures
 
     def _weight_change(self, weights: dict[str, Any]) -> float:
         """||w - w0|| / ||w0|| over every weight the run's model file holds:
