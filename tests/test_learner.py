@@ -437,6 +437,8 @@ def test_a_step_takes_whole_groups_and_drops_stale_ones_counted(tmp_path: Path) 
     w.write(1, group(2, version=2, length=9))
     got = take_step(store, Cursor(), 4, Need(4, max_staleness=2, poll_s=0.01), feed)
     assert got is not None and got.dropped_stale == 2  # group 0 is 4 versions behind: dropped whole
+    # and recorded as given up, so that the async gate lets another group start in its place
+    assert store.given_up.groups() == {0} and "stale: sampled by version 0" in str(store.given_up.reason(0))
     assert sorted(s.group_id for s in got.samples) == [1, 1, 2, 2] and len(got.keys) == 2
     sync = take_step(store, Cursor(), 3, Need(2, sync=True, poll_s=0.01), feed)
     assert sync is not None and {s.policy_version for s in sync.samples} == {3}  # sync: version 3 alone

@@ -3,7 +3,7 @@
     rollouts/<writer>/<seq>/   rollout batches (rl.store.rollouts)
     weights/v<version>/        weight versions (rl.store.weights)
     weights/pins/              versions held by checkpoints or generators
-    given_up/<group>           groups no batch will hold (rl.store.given_up)
+    given_up/<group>           groups no step will train on (rl.store.given_up)
 
 Every batch and version is a committed group: built under a private name,
 committed by one rename with its marker or manifest inside, verified by

@@ -1,9 +1,10 @@
-"""Groups that no batch will ever hold: `store.zarr/given_up/<group>`.
+"""Groups that no step will train on: `store.zarr/given_up/<group>`.
 
 A rollout worker that abandons a group (dynamic sampling dropped it,
 infrastructure failures outlasted the retries, its task was quarantined, its
-sync round closed) records it here before anything else. Whoever counts on
-groups reads it:
+sync round closed) records it here before anything else, and so does the
+learner for a committed group it drops as stale (a group no step will train
+on). Whoever counts on groups reads it:
 
 - a sync learner counts a round whole when every group of the round is
   committed or given up, and trains on what came (nothing at all: a step
