@@ -23,6 +23,7 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     for key in ("", "humaneval_"):
         for stage in ("base", "sft", "rl", "control"):
             assert 0.0 <= r[f"{key}pass1_{stage}"] <= 1.0, (key, stage)
+            assert 0.0 <= r[f"{key}crash_share_{stage}"] <= 1.0 and r[f"{key}turn_2_share_{stage}"] == 0.0  # 1 turn
         for a, b in (("sft", "base"), ("rl", "sft"), ("rl", "control")):
             assert r[f"{key}gain_{a}_vs_{b}_se"] >= 0.0
             assert r[f"{key}gain_{a}_vs_{b}"] == pytest.approx(r[f"{key}pass1_{a}"] - r[f"{key}pass1_{b}"], abs=1e-3)

@@ -40,6 +40,11 @@ def test_pass_at_k_matches_hand_computation() -> None:
     se = math.sqrt(sum((x - mean) ** 2 for x in p1) / 2 / 3)
     assert s["se@1"] == pytest.approx(se, abs=1e-4) and mean_and_se(p1)[1] == pytest.approx(se)
     assert s["failures"] == {"wrong": 3 + 2} and s["samples"] == 12
+    assert s["crash_share"] == 0 and s["turn_2_share"] == 0 and s["turn_2_fix_rate"] is None  # one turn each
+    # of 4 samples, 3 reached turn 2 (1 of them passed after it), and 1 crashed
+    two = task_result(tasks[0], [True, False, True, False], ["", "wrong", "", "crash"], [1, 2, 2, 2], [1])
+    s = summarise([two], [1])
+    assert (s["crash_share"], s["turn_2_share"], s["turn_2_fix_rate"]) == (0.25, 0.75, round(1 / 3, 4))
 
 
 @pytest.mark.slow

@@ -137,6 +137,8 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
             run, version = EVALUATED[stage]
             got = sh.eval(run, tasks, version, evals)
             r[f"{key}pass1_{stage}"], r[f"{key}se_{stage}"] = got["pass@1"], got["se@1"]
+            for k in ("crash_share", "turn_2_share", "turn_2_fix_rate"):
+                r[f"{key}{k}_{stage}"] = got.get(k)
             folders[stage] = Path(got["folder"])
             r[f"{key}tasks"] = got["tasks"]
         for a, b in GAINS:
@@ -181,6 +183,13 @@ def _lines(r: dict[str, Any]) -> list[str]:
         cells = [f"{r[f'{key}pass1_{s}']:.3f} +- {r[f'{key}se_{s}']:.3f}" for s in STAGES]
         return f"  {name:<18}" + "".join(f"{c:>16}" for c in cells)
 
+    def shares(key: str) -> str:
+        def pct(v: Any) -> str:
+            return "-" if v is None else f"{100 * v:.0f}%"
+
+        cells = [f"{pct(r.get(f'{key}crash_share_{s}'))} / {pct(r.get(f'{key}turn_2_share_{s}'))}" for s in STAGES]
+        return f"  {'crash / turn 2':<18}" + "".join(f"{c:>16}" for c in cells)
+
     def gains(key: str) -> str:
         return "  " + "   ".join(
             f"{a} - {b} {r[f'{key}gain_{a}_vs_{b}'] * 100:+.1f} +- {r[f'{key}gain_{a}_vs_{b}_se'] * 100:.1f}"
@@ -193,8 +202,10 @@ def _lines(r: dict[str, Any]) -> list[str]:
         + (" [--quick: not a measurement]" if r["quick"] else ""),
         f"  {'':<18}" + "".join(f"{s:>16}" for s in ("base", "SFT", "SFT + RL", "control")),
         row(f"generated ({r['tasks']})", ""),
+        shares(""),
         gains("") + "   (targets: rl - sft >= +5 points and >= 2 se; rl - control >= 2 se)",
         row(f"HumanEval ({r['humaneval_tasks']})", "humaneval_"),
+        shares("humaneval_"),
         gains("humaneval_") + "   (target: rl - sft not below -1 se)",
         f"  runs, logs and TensorBoard: {r['folder']}",
     ]

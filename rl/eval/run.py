@@ -51,6 +51,11 @@ class TaskResult:
     """Why samples failed, by reason (rl.rollout.samples vocabulary)."""
     turns_mean: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
+    reached_turn_2: int = 0
+    """Samples that went on to a second turn (the first attempt's code failed
+    the visible examples, and the agent was shown why)."""
+    fixed_after_turn_1: int = 0
+    """Of those, samples that passed in the end: repairs."""
 
 
 def eval_seed(task_id: str, i: int) -> int:
@@ -66,6 +71,11 @@ def summarise(results: list[TaskResult], ks: list[int]) -> dict[str, Any]:
     for r in results:
         fails.update(r.failures)
     out["failures"] = dict(sorted(fails.items()))
+    samples = max(1, out["samples"])
+    reached = sum(r.reached_turn_2 for r in results)
+    out["crash_share"] = round(fails.get("crash", 0) / samples, 4)
+    out["turn_2_share"] = round(reached / samples, 4)  # samples that reached a second turn
+    out["turn_2_fix_rate"] = round(sum(r.fixed_after_turn_1 for r in results) / reached, 4) if reached else None
     return out
 
 
@@ -79,6 +89,8 @@ def task_result(task: Task, passed: list[bool], failures: list[str], turns: list
         dict(Counter(f for f in failures if f)),
         round(sum(turns) / max(1, len(turns)), 3),
         {k: task.metadata[k] for k in ("family", "difficulty") if k in task.metadata},
+        sum(t >= 2 for t in turns),
+        sum(t >= 2 and p for t, p in zip(turns, passed, strict=True)),
     )
 
 

@@ -5,7 +5,9 @@ TensorBoard tunnel.
     RUN_DIR/report/pass1.png        held-out pass@1 per weight version, +- 1 standard error
     RUN_DIR/report/failures.png     rollout failures by reason, cumulative over time
     RUN_DIR/report/throughput.png   episodes/s, learner tokens/s, generator tokens/s
-    RUN_DIR/report/index.html       one page: the figures at a glance and the four plots, embedded
+    RUN_DIR/report/learning.png     could the steps teach anything: the share of groups whose rewards
+                                    differ, and how far the weights have moved from the run's start
+    RUN_DIR/report/index.html       one page: the figures at a glance and the five plots, embedded
     RUN_DIR/report/summary.txt      the figures at a glance, as text
 
 Curves come from the run's TensorBoard event files (`RUN_DIR/tb/*`); the
@@ -133,6 +135,24 @@ def plots(curves: dict[str, Series]) -> dict[str, bytes]:
     else:
         _empty(ax, "throughput")
     out["throughput"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    ax2 = ax.twinx()
+    lc = curves.get("learner", {})
+    for tag, axis, label in (("learner/groups_with_signal", ax, "groups with reward variance (share)"),
+                             ("learner/weight_change", ax2, "||w - w0|| / ||w0|| (dashed, log)")):  # fmt: skip
+        if tag in lc:
+            pts = sorted((p[1], p[2]) for p in lc[tag])
+            axis.plot([x for x, _ in pts], [y for _, y in pts], label=label, marker=".",
+                      linestyle="--" if axis is ax2 else "-")  # fmt: skip
+    if "learner/weight_change" in lc and any(p[2] > 0 for p in lc["learner/weight_change"]):
+        ax2.set_yscale("log")
+    ax.set(title="Could the steps teach anything?", xlabel="learner step", ylabel="share of groups", ylim=(0, 1.05))
+    ax2.set_ylabel("relative weight change")
+    handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
+    ax.legend(handles=handles, fontsize=7) if handles else _empty(ax, "learner step")
+    out["learning"] = _png(fig)
     plt.close(fig)
     return out
 
