@@ -165,3 +165,45 @@ def test_a_hanging_solution_is_cut_by_the_episode_deadline(tok: Any) -> None:
     assert ep.end == "deadline" and failure_of(ep) == "deadline"
     assert ep.turns == 1 and played < 6.0, ep.timings  # cut at the deadline, not after the run's own minute
     assert ep.verdict is not None and not ep.verdict.passed  # still verified, and scored as a policy failure
+
+
+def test_a_repair_trace_shows_what_the_agent_would_have_shown_and_trains_the_fix_alone(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """Generated tasks carry a wrong first attempt (rl.tasks.repairs). Run in
+    a real sandbox by the agent's own runner, each attempt fails a visible
+    example, and the agent's observation of it is, to the character, the one
+    the warm start shows. A repair sample holds the prompt, the attempt and
+    the observation as context (mask 0) and trains the reference alone."""
+    from rl.learner.references import References, reference_reply, repair_observation
+    from rl.tasks.format import write_tasks
+    from rl.tasks.synthesis import synthesize
+
+    tasks = [t for t in synthesize("all", 39, seed=4) if "repair" in t.metadata]
+    assert len(tasks) >= 20  # most generated tasks have one
+    picked = tasks[::3][:8]
+    with open_sandbox() as sb:
+        for t in picked:
+            outcome = run_action(sb, t, t.metadata["repair"]["attempt"], 5.0)
+            assert outcome.loaded and not outcome.all_pass, t.task_id
+            assert describe(outcome, True) == repair_observation(t), t.task_id
+    write_tasks(tmp_path / "t.jsonl", picked + import_humaneval()[:2])  # HumanEval's tasks carry no repair
+    tok = load_tokenizer(tiny_model)
+    refs = References(tmp_path / "t.jsonl", tok, AgentConfig(), seed=1, repairs=1.0)
+    plain = References(tmp_path / "t.jsonl", tok, AgentConfig(), seed=1)
+    by_id = {t.task_id: t for t in [*picked, *import_humaneval()[:2]]}
+    for i in range(10):
+        s, p = refs.sample(by_id[list(by_id)[i]], i), plain.sample(by_id[list(by_id)[i]], i)
+        task = by_id[s.task_id]
+        trained = tok.decode([x for x, m in zip(s.tokens, s.loss_mask, strict=True) if m])
+        assert trained == reference_reply(task) + "<|im_end|>"  # only the fix is trained
+        context = tok.decode(s.tokens[: int(np.argmax(s.loss_mask))])
+        if "repair" in task.metadata:
+            obs = repair_observation(task)
+            assert obs is not None and obs in context and "Examples:" in obs
+            assert task.metadata["repair"]["attempt"] in context and len(s.tokens) > len(p.tokens)
+            # the context continues the prompt the way an episode does: attempt, then the observation's user turn
+            n_prompt = int(np.argmax(p.loss_mask))
+            assert list(s.tokens[:n_prompt]) == list(p.tokens[:n_prompt])
+        else:
+            assert list(s.tokens) == list(p.tokens)

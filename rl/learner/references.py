@@ -4,7 +4,10 @@ type = "sft"`, `source = "references"`.
 Each task with a reference becomes one sample: the prompt an episode
 starts with (rl.agent.prompts), then the reply the protocol asks for (the
 whole function, in one python block) and the end of turn, the reply alone
-trained. Step s takes `samples_per_step` of them in an order that a seeded
+trained. With `repairs`, that share of the samples of tasks that carry a
+wrong attempt (rl.tasks.repairs) is a repair trace instead: the prompt, the
+wrong attempt, the observation the agent would show after it, then the
+reference; only the reference is trained. Step s takes `samples_per_step` of them in an order that a seeded
 shuffle of each pass over the file fixes, so the data of a step follows
 from the run seed and the step alone: a resumed learner trains on what the
 interrupted one would have, with no cursor of its own.
@@ -53,12 +56,28 @@ def _without_docstring(code: str, name: str) -> str:
     return code
 
 
+def repair_observation(task: Task) -> str | None:
+    """What the agent would have shown after the task's stored wrong attempt
+    (`metadata.repair`, rl.tasks.repairs), rendered by the agent's own code."""
+    from rl.agent.observe import Outcome, describe
+
+    rep = task.metadata.get("repair")
+    if not isinstance(rep, dict) or not rep.get("attempt"):
+        return None
+    examples = [(str(c), str(e), str(g), bool(ok)) for c, e, g, ok in rep.get("examples", [])]
+    return describe(Outcome(loaded=True, examples=examples), has_code=True)
+
+
 class References:
-    def __init__(self, path: Any, tokenizer: Any, agent: AgentConfig, seed: int, max_tokens: int = 2048):
+    def __init__(
+        self, path: Any, tokenizer: Any, agent: AgentConfig, seed: int, max_tokens: int = 2048, repairs: float = 0.0
+    ):
         self.tasks = [t for t in read_tasks(path) if t.reference.strip()]
         if not self.tasks:
             raise ValueError(f"{path}: no task has a reference to train on")
         self.tokenizer, self.agent, self.seed, self.max_tokens = tokenizer, agent, seed, max_tokens
+        self.repairs = repairs
+        """The share of samples given as a repair trace (where the task has one)."""
         self._orders: dict[int, list[int]] = {}
 
     def _order(self, epoch: int) -> list[int]:
@@ -76,17 +95,32 @@ class References:
             out.append(self.sample(self.tasks[self._order(epoch)[k]], i))
         return out
 
-    def sample(self, task: Task, index: int) -> Sample:
-        messages = first_messages(task, self.agent)
-        prompt = chat_ids(self.tokenizer, messages)
-        whole = chat_ids(self.tokenizer, [*messages, {"role": "assistant", "content": reference_reply(task)}], False)
+    def _reply(self, messages: list[dict[str, str]], prompt: list[int], text: str) -> list[int]:
+        """The ids of assistant reply `text` after `prompt` (the chat template
+        of `messages` with its generation prompt), up to its end of turn."""
+        whole = chat_ids(self.tokenizer, [*messages, {"role": "assistant", "content": text}], False)
         # the template renders the reply after the prompt's tokens; cut what it adds after the end of turn
         reply = whole[len(prompt) :]
         end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
         if isinstance(end, int) and end in reply:
             reply = reply[: reply.index(end) + 1]
-        ids = (prompt + reply)[: self.max_tokens]
-        mask = ([0] * len(prompt) + [1] * len(reply))[: self.max_tokens]
+        return reply
+
+    def sample(self, task: Task, index: int) -> Sample:
+        messages = first_messages(task, self.agent)
+        prompt = chat_ids(self.tokenizer, messages)
+        context = list(prompt)
+        observation = repair_observation(task) if self.repairs else None
+        if observation is not None and random.Random(f"{self.seed}/repair/{index}").random() < self.repairs:
+            # the wrong attempt and its observation are context (mask 0), assembled as an
+            # episode assembles them (rl.agent.tokens): the attempt's ids, then the user turn
+            from rl.agent.tokens import ObservationTokens
+
+            attempt = self._reply(messages, prompt, "```python\n" + task.metadata["repair"]["attempt"] + "\n```")
+            context += attempt + ObservationTokens(self.tokenizer).after_reply(attempt, observation)
+        reply = self._reply(messages, prompt, reference_reply(task))
+        ids = (context + reply)[: self.max_tokens]
+        mask = ([0] * len(context) + [1] * len(reply))[: self.max_tokens]
         return Sample(
             task.task_id,
             index,

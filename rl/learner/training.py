@@ -197,7 +197,9 @@ class Training:
         from rl.model import load_tokenizer
 
         assert self.lc.agent is not None  # resolved by rl.config: the rollouts' agent, or the default
-        return References(loss.tasks_file, load_tokenizer(model_path), self.lc.agent, self.ctx.seed)
+        return References(
+            loss.tasks_file, load_tokenizer(model_path), self.lc.agent, self.ctx.seed, repairs=loss.repairs
+        )
 
     def _resume(self) -> None:
         """Load the newest checkpoint that loads. One whose payload is not

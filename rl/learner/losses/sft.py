@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal
 
-from pydantic import model_validator
+from pydantic import Field, model_validator
 
 from rl.learner.losses.base import LossBase, LossInputs, LossOutput, token_mean
 
@@ -37,6 +37,12 @@ class SFT(LossBase):
     tasks_file: Path | None = None
     """Tasks whose references `source = "references"` trains on (JSONL, as
     `sarl tasks validate` reads); relative to the config file."""
+    repairs: float = Field(0.0, ge=0.0, le=1.0)
+    """`source = "references"`: the share of samples given as a repair trace
+    where the task carries one (generated tasks do: `metadata.repair`): a
+    wrong first attempt (not trained on), what running it on the visible
+    examples showed (the agent's own observation), then the reference (trained
+    on). It teaches the multi-turn protocol: read the feedback, fix the code."""
 
     @model_validator(mode="after")
     def _source(self) -> SFT:
@@ -44,6 +50,8 @@ class SFT(LossBase):
             raise ValueError("tasks_file: source = 'references' needs the task file whose references to train on")
         if self.source == "passing" and self.tasks_file is not None:
             raise ValueError("tasks_file: only source = 'references' reads a task file")
+        if self.source == "passing" and self.repairs:
+            raise ValueError("repairs: only source = 'references' builds repair traces")
         return self
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

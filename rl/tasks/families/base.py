@@ -4,18 +4,22 @@ A family's `make(rng, level)` returns a `Spec`: a function's name,
 signature, docstring, the reference body, and the inputs to test it on.
 `build()` runs the reference on the inputs (in this process: it is our own
 code) to get the expected outputs, writes the first two as the prompt's
-visible examples and all of them as hidden HumanEval-style asserts.
+visible examples and all of them as hidden HumanEval-style asserts, and
+keeps a wrong first attempt with what it showed, where a small mutation of
+the reference fails a visible example (rl.tasks.repairs).
 """
 
 from __future__ import annotations
 
 import copy
+import random
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rl.tasks.format import Example, Task
+from rl.tasks.repairs import make_repair
 
 
 @dataclass
@@ -75,6 +79,15 @@ def build(spec: Spec, task_id: str, metadata: dict[str, Any]) -> Task:
     if len({repr(out) for _, out in cases}) < 2:
         raise SpecError(f"{task_id}: every test input gives the same output")
     shown = cases[:2]
+    repair = make_repair(
+        random.Random(f"{task_id}/repair"),
+        header,
+        spec.body,
+        spec.name,
+        [(_call(spec.name, a), repr(o)) for a, o in shown],
+    )
+    if repair is not None:  # a wrong first attempt and what it showed: the warm start's repair traces
+        metadata = {**metadata, "repair": repair}
     doc = textwrap.fill(spec.doc, 76, initial_indent="    ", subsequent_indent="    ")
     examples = "".join(f"    >>> {_call(spec.name, a)}\n    {out!r}\n" for a, out in shown)
     prompt = f'{header}    """\n{doc}\n\n{examples}    """\n'
