@@ -96,7 +96,9 @@ def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
         "config schema": ["config", "schema"],
         "tasks schema": ["tasks", "schema"],
         "verify": ["verify", str(tasks), str(samples)],
+        "tasks leaks": ["tasks", "leaks", str(tasks), str(workdir / "gen.jsonl"), "--json"],
     }
+    sarl("tasks", "generate", "-n", "4", "-o", str(workdir / "gen.jsonl"), cwd=workdir)  # nothing of HumanEval
     costly = {
         "bench store",
         "bench sandbox",

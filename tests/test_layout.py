@@ -216,6 +216,7 @@ def test_the_store_imports_neither_the_config_nor_pydantic(tmp_path: Path) -> No
         "rl.store.weights",
         "rl.store.rollouts",
         "rl.store.inspect",
+        "rl.store.given_up",
         "rl.store.zgroup",
     }, loaded
 

@@ -61,7 +61,7 @@ def test_a_reworded_prompt_is_a_near_duplicate() -> None:
 
 
 def test_split_holds_out_whole_templates_leaves_no_leak_and_is_deterministic(workdir: Path) -> None:
-    sarl("tasks", "generate", "-n", "264", "--seed", "1", "-o", "g.jsonl", cwd=workdir)
+    sarl("tasks", "generate", "--family", "classic", "-n", "264", "--seed", "1", "-o", "g.jsonl", cwd=workdir)
     out = sarl("tasks", "split", "g.jsonl", "--held-out", "0.3", "--seed", "3", cwd=workdir)
     assert "templates held out whole" in out.stderr and "leak check: 0 leak" in out.stderr
     train, held = list(read_tasks(workdir / "g.train.jsonl")), list(read_tasks(workdir / "g.heldout.jsonl"))
@@ -126,7 +126,7 @@ def test_split_and_leaks_refuse_what_cannot_hold(workdir: Path) -> None:
 
 @pytest.mark.slow
 def test_validate_against_a_training_file_marks_leaking_tasks_not_clean(workdir: Path) -> None:
-    sarl("tasks", "generate", "-n", "44", "--seed", "2", "-o", "g.jsonl", cwd=workdir)
+    sarl("tasks", "generate", "--family", "classic", "-n", "44", "--seed", "2", "-o", "g.jsonl", cwd=workdir)
     tasks = list(read_tasks(workdir / "g.jsonl"))
     write_tasks(workdir / "train.jsonl", tasks[:33])  # one task of each family and level
     from rl.tasks.importers import import_humaneval
