@@ -44,10 +44,14 @@ def add_commands(sub: Any) -> None:
     q.set_defaults(handler=scale)
 
     q = sub.add_parser(
-        "report", help="write PNG plots and an HTML page of a run (reward, pass@1, failures, throughput)"
+        "report",
+        help="write PNG plots and an HTML page of a run (reward, pass@1, failures, throughput, learning, "
+        "policy, agent, control)",
     )
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     q.add_argument("-o", "--output", type=Path, help="folder (default: RUN_DIR/report)")
+    q.add_argument("--control", type=Path, metavar="RUN_DIR", help="a control run to draw beside this one "
+                   "(the same config with learner.shuffle_rewards = true)")  # fmt: skip
     q.set_defaults(handler=report)
 
     q = sub.add_parser("export", help="write a weight version as a Hugging Face checkpoint folder")
@@ -83,7 +87,8 @@ def scale(args: argparse.Namespace) -> int:
 def report(args: argparse.Namespace) -> int:
     from rl.run.report import write_report
 
-    folder = write_report(run_dir(args.run_dir).path, args.output)
+    control = run_dir(args.control).path if args.control is not None else None
+    folder = write_report(run_dir(args.run_dir).path, args.output, control)
     print((folder / "summary.txt").read_text(), end="")
     print(f"report: {folder / 'index.html'} (plots: {folder}/*.png)", file=sys.stderr)
     return 0

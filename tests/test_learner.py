@@ -188,11 +188,11 @@ def _check_report_and_tensorboard(run: Path) -> None:
     out = sarl("report", str(run), cwd=run.parents[1])
     assert "learner     step 3/3" in out.stdout
     folder = run / "report"
-    for name in ("reward", "pass1", "failures", "throughput", "learning"):
+    for name in ("reward", "pass1", "failures", "throughput", "learning", "policy", "agent", "control"):
         assert (folder / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     page = (folder / "index.html").read_text()
     images = [x.split('"', 1)[0] for x in page.split("data:image/png;base64,")[1:]]
-    assert len(images) == 5 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)  # self-contained
+    assert len(images) == 8 and all(base64.b64decode(i)[:4] == b"\x89PNG" for i in images)  # self-contained
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -339,6 +339,8 @@ def test_every_episode_is_committed_once_through_sigkills_and_scancels(
             acc.Reload()
             tags = set(acc.Tags()["scalars"])
             assert {"rollout/reward_mean", "rollout/episodes_per_s", "rollout/time/verify_s", "rollout/turns"} <= tags
+            assert {"rollout/crash_share", "rollout/turn_2_share"} <= tags
+            assert {e.value for e in acc.Scalars("rollout/turn_2_share")} == {0.0}  # max_turns = 1
             steps = [e.step for e in acc.Scalars("rollout/batches")]
             assert steps == sorted(steps) and steps[-1] == 2 * groups // workers  # steps never go back
     finally:

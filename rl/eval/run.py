@@ -71,11 +71,10 @@ def summarise(results: list[TaskResult], ks: list[int]) -> dict[str, Any]:
     for r in results:
         fails.update(r.failures)
     out["failures"] = dict(sorted(fails.items()))
-    samples = max(1, out["samples"])
-    reached = sum(r.reached_turn_2 for r in results)
-    out["crash_share"] = round(fails.get("crash", 0) / samples, 4)
-    out["turn_2_share"] = round(reached / samples, 4)  # samples that reached a second turn
-    out["turn_2_fix_rate"] = round(sum(r.fixed_after_turn_1 for r in results) / reached, 4) if reached else None
+    from rl.rollout.samples import agent_shares
+
+    reached, fixed = sum(r.reached_turn_2 for r in results), sum(r.fixed_after_turn_1 for r in results)
+    out.update(agent_shares(out["samples"], fails.get("crash", 0), reached, fixed))
     return out
 
 

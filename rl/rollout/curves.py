@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rl.rollout.samples import agent_shares, failure_of
 from rl.store import Sample
 
 log = logging.getLogger("sarl.rollout")
@@ -54,6 +55,14 @@ class Curves:
         for why, n in stats.failures.items():
             tb.add_scalar(f"rollout/failures/{why}", n, step)
         tb.add_scalar("rollout/turns", float(np.mean([e.turns for e in episodes])), step)
+        # the same figures as `sarl eval`'s: does the agent use its turns, and do they fix anything?
+        whys = [failure_of(e) for e in episodes]
+        reached = [e.turns >= 2 for e in episodes]
+        fixed = sum(r and w == "" for r, w in zip(reached, whys, strict=True))
+        shares = agent_shares(len(episodes), whys.count("crash"), sum(reached), fixed)
+        for k, v in shares.items():
+            if v is not None:
+                tb.add_scalar(f"rollout/{k}", v, step)
         tb.add_scalar("rollout/tokens", float(np.mean([len(e.trajectory) for e in episodes])), step)
         for t in ("generate_s", "execute_s", "verify_s"):
             tb.add_scalar(f"rollout/time/{t}", float(np.mean([e.timings.get(t, 0.0) for e in episodes])), step)

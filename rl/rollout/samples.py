@@ -43,6 +43,20 @@ def failure_of(ep: Episode) -> str:
     return "wrong-answer"
 
 
+def agent_shares(samples: int, crashes: int, reached_turn_2: int, fixed: int) -> dict[str, float | None]:
+    """What the agent does with its turns, the same figures for rollouts
+    (TensorBoard) and evaluations (`sarl eval`): the share of samples whose
+    code crashed, the share that reached a second turn (the first attempt
+    failed a visible example and was shown why), and the share of those that
+    passed in the end (None when none reached it)."""
+    n = max(1, samples)
+    return {
+        "crash_share": round(crashes / n, 4),
+        "turn_2_share": round(reached_turn_2 / n, 4),
+        "turn_2_fix_rate": round(fixed / reached_turn_2, 4) if reached_turn_2 else None,
+    }
+
+
 @dataclass
 class GroupResult:
     """The `group_size` episodes of one group, all played."""

@@ -7,7 +7,12 @@ TensorBoard tunnel.
     RUN_DIR/report/throughput.png   episodes/s, learner tokens/s, generator tokens/s
     RUN_DIR/report/learning.png     could the steps teach anything: the share of groups whose rewards
                                     differ, and how far the weights have moved from the run's start
-    RUN_DIR/report/index.html       one page: the figures at a glance and the five plots, embedded
+    RUN_DIR/report/policy.png       the policy's entropy, reply length and gradient norm per learner step
+    RUN_DIR/report/agent.png        what the agent does with its turns: crash share, share reaching turn 2,
+                                    turn-2 fix rate (each rollout worker)
+    RUN_DIR/report/control.png      reward per learner step beside a control run's (`--control`), e.g.
+                                    the same run with `learner.shuffle_rewards`
+    RUN_DIR/report/index.html       one page: the figures at a glance and the eight plots, embedded
     RUN_DIR/report/summary.txt      the figures at a glance, as text
 
 Curves come from the run's TensorBoard event files (`RUN_DIR/tb/*`); the
@@ -60,7 +65,14 @@ def _png(fig: Any) -> bytes:
     return buf.getvalue()
 
 
-def plots(curves: dict[str, Series]) -> dict[str, bytes]:
+def _by_step(series: list[tuple[float, int, float]]) -> tuple[list[int], list[float]]:
+    """A learner curve by step, the last value of a step that was written twice (a step redone after a restart)."""
+    last = {p[1]: p[2] for p in sorted(series)}
+    steps = sorted(last)
+    return steps, [last[k] for k in steps]
+
+
+def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -> dict[str, bytes]:
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a login node
@@ -154,7 +166,73 @@ def plots(curves: dict[str, Series]) -> dict[str, bytes]:
     ax.legend(handles=handles, fontsize=7) if handles else _empty(ax, "learner step")
     out["learning"] = _png(fig)
     plt.close(fig)
+
+    fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
+    for ax, (tag, title) in zip(axes, POLICY_CURVES, strict=True):
+        if tag in lc:
+            ax.plot(*_by_step(lc[tag]), marker=".")
+        else:
+            _empty(ax, "learner step")
+        ax.set(title=title, xlabel="learner step")
+    fig.tight_layout()
+    out["policy"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    drawn = 0
+    for name, s in curves.items():
+        for tag, label, style in AGENT_CURVES:
+            if tag in s:
+                line(ax, s[tag], f"{name} {label}", linestyle=style)
+                drawn += 1
+    ax.set(title="What the agent does with its turns", xlabel="minutes", ylabel="share of episodes", ylim=(-0.02, 1.02))
+    ax.legend(fontsize=7) if drawn else _empty(ax, "rollout batch")
+    out["agent"] = _png(fig)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    drawn = 0
+    for label, c in (("this run", curves), ("control", control or {})):
+        if "learner/reward_mean" in c.get("learner", {}):
+            ax.plot(*_by_step(c["learner"]["learner/reward_mean"]), marker=".", label=label)
+            drawn += 1
+    ax.set(title="Reward per learner step, beside the control", xlabel="learner step", ylabel="mean reward")
+    if control is None:
+        ax.text(0.5, 0.3, "no control run given (sarl report RUN_DIR --control CONTROL_RUN_DIR)", ha="center",
+                va="center", transform=ax.transAxes, color="gray")  # fmt: skip
+    if drawn:
+        ax.legend(fontsize=7)
+    elif control is not None:
+        _empty(ax, "learner step")
+    out["control"] = _png(fig)
+    plt.close(fig)
     return out
+
+
+AGENT_CURVES = (("rollout/crash_share", "crash share", ":"), ("rollout/turn_2_share", "reached turn 2", "--"),
+                ("rollout/turn_2_fix_rate", "turn-2 fix rate", "-"))  # fmt: skip
+POLICY_CURVES = (("learner/entropy", "entropy (per sampled token)"), ("learner/response_len", "reply length (tokens)"),
+                 ("learner/grad_norm", "gradient norm (before clipping)"))  # fmt: skip
+
+
+def against_control(curves: dict[str, Series], control: dict[str, Series], last: int = 5) -> list[str]:
+    """The run's and the control's mean reward over their last `last` learner
+    steps, and the steps each took: the figure the control is for."""
+
+    def tail(c: dict[str, Series]) -> tuple[float, int] | None:
+        pts = c.get("learner", {}).get("learner/reward_mean")
+        if not pts:
+            return None
+        steps, values = _by_step(pts)
+        return sum(values[-last:]) / len(values[-last:]), steps[-1]
+
+    mine, theirs = tail(curves), tail(control)
+    if mine is None or theirs is None:
+        return [f"reward against the control: {'this run' if mine is None else 'the control'} has no learner step yet"]
+    return [
+        f"mean reward over the last {last} learner steps: this run {mine[0]:.3f} (step {mine[1]}), "
+        f"control {theirs[0]:.3f} (step {theirs[1]}), difference {mine[0] - theirs[0]:+.3f}"
+    ]
 
 
 def glance(status: dict[str, Any], curves: dict[str, Series]) -> list[str]:
@@ -176,7 +254,10 @@ def glance(status: dict[str, Any], curves: dict[str, Series]) -> list[str]:
     return lines
 
 
-def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
+def write_report(run_dir: Path, out_dir: Path | None = None, control_dir: Path | None = None) -> Path:
+    """The report of `run_dir`; with `control_dir`, a control run (the same
+    config with `learner.shuffle_rewards`, or any run to compare with) is
+    drawn beside it."""
     from rl.fsio import atomic_write
     from rl.run.rundir import RunDir
     from rl.run.status import run_status
@@ -187,7 +268,11 @@ def write_report(run_dir: Path, out_dir: Path | None = None) -> Path:
     curves = read_curves(rd.path / "tb")
     status = run_status(rd, store=False)
     lines = glance(status, curves)
-    images = plots(curves)
+    control = None
+    if control_dir is not None:
+        control = read_curves(RunDir(control_dir).path / "tb")
+        lines += against_control(curves, control)
+    images = plots(curves, control)
     for name, data in images.items():
         (folder / f"{name}.png.tmp").write_bytes(data)
         (folder / f"{name}.png.tmp").replace(folder / f"{name}.png")
