@@ -37,6 +37,9 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
         frozen = (run / "run.toml").read_text()
         assert str(sft / "model") in frozen and 'mode = "sync"' in frozen  # RL started from the export
     assert "shuffle_rewards = true" in (control / "run.toml").read_text()
+    # the RL run's report has the control's reward beside its own
+    assert (rl / "report" / "control.png").is_file()
+    assert "mean reward over the last 5 learner steps: this run" in (rl / "report" / "summary.txt").read_text()
     assert "shuffle_rewards = true" not in (rl / "run.toml").read_text()
     assert (w / "logs").is_dir() and any("leaks" in p.name for p in (w / "logs").iterdir())  # the leak check ran
     for run in (rl, control):

@@ -384,12 +384,13 @@ def test_bench_rollout_reports_both_concurrencies_and_the_time_shares(workdir: P
     every field it promises, each consistent with the others."""
     out = sarl("bench", "rollout", "--json", "--groups", "1", "1", "--max-tokens", "12", cwd=workdir, timeout=600)
     r = json.loads(out.stdout)
-    assert r["episodes_c1"] == 4 and r["episodes"] == 4  # groups x 4, every one committed
-    for key in ("", "_c1"):
+    assert r["episodes_c1"] == r["episodes_alone"] == r["episodes"] == 4  # groups x 4, every one committed
+    for key in ("", "_c1", "_alone"):
         assert r[f"episodes_per_s{key}"] > 0 and 0 <= r[f"generator_busy{key}"] <= 1
         shares = [r[f"{t}_share{key}"] for t in ("generate", "execute", "verify")]
         assert all(0 <= x <= 1.05 for x in shares) and r[f"generate_share{key}"] > r[f"verify_share{key}"]
     assert r["speedup"] == pytest.approx(r["episodes_per_s"] / r["episodes_per_s_c1"], rel=0.02)
+    assert r["group_request_speedup"] == pytest.approx(r["episodes_per_s"] / r["episodes_per_s_alone"], rel=0.02)
 
 
 @pytest.mark.slow
@@ -462,6 +463,57 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     for s in samples:
         turns = int(np.sum(np.diff(np.concatenate([[0], s.loss_mask])) == 1))  # runs of sampled tokens
         assert turns == 2 and s.failure != "deadline", (s.episode_id, turns, s.failure)
+
+
+@pytest.mark.slow
+def test_a_groups_first_replies_are_one_request_with_n(tmp_path: Path, tasks_file: Path, tiny_model: Path) -> None:
+    """`rollout.group_request`: the episodes of a group share their prompt, and
+    their first replies are one request with n = group_size (the generator
+    counts requests), episode i taking reply i; off, each episode asks alone.
+    Both ways commit every episode once, and the group's request is seeded by
+    the group: a second run of it samples the same replies."""
+    from rl.config import validate_config
+    from rl.engine import make_engine
+    from rl.generator.inprocess import serving
+    from rl.rollout.worker import Worker
+    from rl.run.role import context_of
+
+    def play(name: str, group_request: bool) -> tuple[int, dict[str, list[int]]]:
+        raw = {
+            "run": {"name": name, "root": str(tmp_path), "seed": 1},
+            "executor": {"type": "local"},
+            "model": {"path": str(tiny_model), "dtype": "float32"},
+            "generator": {"engine": {"type": "hf", "max_model_len": 1024}},
+            "rollout": {
+                "tasks_file": str(tasks_file),
+                "groups": 2,
+                "group_size": 3,
+                "concurrency": 6,
+                "group_request": group_request,
+                "agent": {"max_turns": 1, "max_tokens": 8, "temperature": 1.0},
+            },
+        }
+        cfg = validate_config(raw, "test", cluster="local", base_dir=tmp_path)
+        (cfg.run_dir / "endpoints").mkdir(parents=True)
+        worker = Worker(context_of(cfg, cfg.run_dir), cfg.rollout)
+        engine = make_engine(cfg.generator.engine, cfg.model)
+        try:
+            with serving(engine, cfg.run_dir) as server:
+                worker.run()
+                served = server.health()["served"]
+        finally:
+            engine.close()
+        reader = worker.store.reader()
+        samples = [s for k in reader.committed() for s in reader.read(k).samples()]
+        return served, {s.episode_id: s.tokens[s.loss_mask == 1].tolist() for s in samples}
+
+    served, replies = play("one", True)
+    assert served == 2  # one request per group
+    assert sorted(replies) == [f"{g}/{i}" for g in range(2) for i in range(3)]  # each episode once
+    assert len({tuple(r) for r in replies.values()}) > 2  # episode i took reply i, not all the same one
+    assert play("again", True)[1] == replies  # seeded by the group, not by timing
+    served, alone = play("alone", False)
+    assert served == 6 and sorted(alone) == sorted(replies)  # a request per episode
 
 
 def _recording_worker(tmp_path: Path, tasks_file: Path, batch_groups: int) -> tuple[Any, list[list[Any]]]:

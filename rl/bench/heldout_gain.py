@@ -127,6 +127,8 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
         sh(f"submit-{name}", "submit", str(RL_CONFIG), *common, *rl_set, *extra)
         sh(f"wait-{name}", "status", RUNS[name], "--wait")
         minutes[name] = (time.perf_counter() - t) / 60
+    # the RL run's curves with the control's reward beside it: RUN/report/ (control.png, learning.png, ...)
+    sh("report", "report", RUNS["rl"], "--control", RUNS["control"])
 
     evals = QUICK_EVAL if quick else FULL_EVAL
     r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "family": args.family,

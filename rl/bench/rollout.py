@@ -1,5 +1,7 @@
 """`sarl bench rollout`: episodes per second of a real rollout worker against
-a live vLLM generator, with `concurrency` 8 beside `concurrency` 1, in one
+a live vLLM generator, with `concurrency` 8 beside `concurrency` 1, and
+concurrency 8 with the first replies of a group as one request with n
+(`rollout.group_request`, the default) beside a request per episode, in one
 run, on the same tasks and the same engine.
 
 Everything is the product's own path: the generator service over HTTP with
@@ -29,7 +31,16 @@ from typing import Any
 from rl.config import validate_config
 
 
-def _config(root: Path, name: str, tasks_file: Path, groups: int, concurrency: int, max_tokens: int, dtype: str) -> Any:
+def _config(
+    root: Path,
+    name: str,
+    tasks_file: Path,
+    groups: int,
+    concurrency: int,
+    max_tokens: int,
+    dtype: str,
+    group_request: bool,
+) -> Any:
     raw = {
         "run": {"name": name, "root": str(root), "seed": 1},
         "executor": {"type": "local"},
@@ -41,6 +52,7 @@ def _config(root: Path, name: str, tasks_file: Path, groups: int, concurrency: i
             "group_size": 4,
             "concurrency": concurrency,
             "batch_groups": 2,
+            "group_request": group_request,
             "agent": {"max_turns": 2, "max_tokens": max_tokens, "temperature": 0.8},
         },
     }
@@ -90,26 +102,27 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     if args.groups:
         groups = {1: args.groups[0], 8: args.groups[1]}
     max_tokens = args.max_tokens or (96 if args.quick else 160)
-    bar = tqdm(total=3, desc="bench rollout", file=sys.stderr)
+    bar = tqdm(total=4, desc="bench rollout", file=sys.stderr)
     r: dict[str, Any] = {"dtype": args.dtype, "max_tokens": max_tokens, "group_size": 4, "max_turns": 2}
     with tempfile.TemporaryDirectory(prefix="sarl-bench-rollout-") as tmp:
         root = Path(tmp)
         tasks_file = root / "tasks.jsonl"
         write_tasks(tasks_file, import_humaneval()[:40])
-        cfg0 = _config(root, "c1", tasks_file, groups[1], 1, max_tokens, args.dtype)
+        cfg0 = _config(root, "c1", tasks_file, groups[1], 1, max_tokens, args.dtype, True)
         assert cfg0.generator is not None
         t0 = time.perf_counter()
         engine = make_engine(cfg0.generator.engine, cfg0.model)
         r["engine_start_s"] = round(time.perf_counter() - t0, 1)
         bar.update()
-        for c in (1, 8):
-            cfg = _config(root, f"c{c}", tasks_file, groups[c], c, max_tokens, args.dtype)
-            key = "" if c == 8 else "_c1"
+        # concurrency 1, then 8 with a request per episode (the baseline of the group request), then 8
+        for c, key, group_request in ((1, "_c1", True), (8, "_alone", False), (8, "", True)):
+            cfg = _config(root, f"c{c}{key}", tasks_file, groups[c], c, max_tokens, args.dtype, group_request)
             r.update({k + key: v for k, v in _measure(engine, cfg, c).items()})
             bar.update()
         engine.close()
     bar.close()
     r["speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_c1"], 2)
+    r["group_request_speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_alone"], 2)
     lines = [
         f"rollout: HumanEval, SmolLM2-135M-Instruct on vLLM (CPU, {args.dtype}), group size 4, up to 2 turns of "
         f"{max_tokens} tokens",
@@ -118,6 +131,9 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         f"  concurrency 1   {r['episodes_per_s_c1']:.3f} episodes/s  ({r['episodes_c1']} in {r['wall_s_c1']} s), "
         f"generator busy {r['generator_busy_c1']:.0%}",
         f"  speedup {r['speedup']}x (target >= 3)",
+        f"  concurrency 8, a request per episode (rollout.group_request = false): {r['episodes_per_s_alone']:.3f} "
+        f"episodes/s ({r['episodes_alone']} in {r['wall_s_alone']} s); one request per group's first replies: "
+        f"{r['group_request_speedup']}x",
         f"  time shares at concurrency 8: generate {r['generate_share']:.0%}, execute {r['execute_share']:.0%}, "
         f"verify {r['verify_share']:.0%} (target < 5%)",
         f"  time shares at concurrency 1: generate {r['generate_share_c1']:.0%}, execute "

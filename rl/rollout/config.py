@@ -53,6 +53,10 @@ class RolloutRole(RoleConfig):
     sandbox died is quarantined for the run (never drawn again)."""
     dynamic_sampling: bool = False
     """Drop groups whose rewards are all equal (no learning signal), counted."""
+    group_request: bool = True
+    """Sample the first replies of a group's episodes as one request with
+    n = `group_size` (they share the prompt): one call and one queue entry
+    instead of `group_size`, seeded by the group. Off: each episode asks alone."""
     agent: AgentConfig = AgentConfig()
     """The tool protocol and the budgets of each episode."""
     max_model_len: int | None = resolved("generator.engine.max_model_len")

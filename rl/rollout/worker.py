@@ -25,6 +25,7 @@ from rl.fsio import read_json
 from rl.rollout.config import RolloutRole
 from rl.rollout.curves import Curves
 from rl.rollout.episode import Episode, run_episode
+from rl.rollout.group_request import GroupReplies
 from rl.rollout.queue import TaskQueue
 from rl.rollout.samples import GroupResult, failure_of, to_samples
 from rl.store import Store
@@ -256,8 +257,11 @@ class Worker:
             if task is None:
                 continue  # abandoned, with its reason
             groups[g] = [None] * self.rc.group_size
+            first = (
+                GroupReplies(self.rc.group_size, episode_seed(self.ctx.seed, g, -1)) if self.rc.group_request else None
+            )
             for i in range(self.rc.group_size):
-                inflight[self.ex.submit(self._episode, task, g, i)] = (g, i)
+                inflight[self.ex.submit(self._episode, task, g, i, first)] = (g, i)
         return False
 
     def _finish(self, f: Future[Episode]) -> None:
@@ -344,14 +348,19 @@ class Worker:
         ):
             log.warning("task %s quarantined", tid)
 
-    def _generate(self, group: int) -> tuple[Callable[[list[int], Any], tuple[Any, int]], Callable[[], float]]:
-        """The policy, for one episode: through the generator client; in sync
-        mode only the round's version may answer. With it, the seconds the
-        episode has waited for a generator so far (run_episode's `waited`)."""
+    def _generate(
+        self, group: int, i: int, first: GroupReplies | None
+    ) -> tuple[Callable[[list[int], Any], tuple[Any, int]], Callable[[], float]]:
+        """The policy, for episode i of `group`: through the generator client;
+        in sync mode only the round's version may answer; its first reply
+        from the group's request (`first`) when there is one. With it, the
+        seconds the episode has waited for a generator so far (run_episode's
+        `waited`)."""
         need = group // self.rc.groups_per_step if self.ctx.sync else None
         waited = [0.0]
+        asked = [0]
 
-        def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
+        def ask(prompt: list[int], params: Any) -> tuple[list[Any], int]:
             while True:
                 if self.stopping.is_set():
                     raise Stopping()
@@ -360,22 +369,29 @@ class Worker:
                 waited[0] += r.waited_s
                 self.stats.count(generator_wait_s=r.waited_s, generator_retries=r.attempts - 1)
                 if need is None or r.version == need:
-                    return r.outputs[0][0], r.version
+                    return r.outputs[0], r.version
                 if r.version > need:
                     raise Abandon(f"sync: round {need} closed, a generator serves version {r.version}")
                 self.stopping.wait(0.5)  # the generator has not loaded the round's version yet
                 waited[0] += 0.5
 
+        def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
+            asked[0] += 1
+            if first is not None and asked[0] == 1:
+                return first.reply(i, prompt, params, ask)
+            completions, version = ask(prompt, params)
+            return completions[0], version
+
         return generate, lambda: waited[0]
 
-    def _episode(self, task: Task, group: int, i: int) -> Episode:
+    def _episode(self, task: Task, group: int, i: int, first: GroupReplies | None = None) -> Episode:
         from rl.generator.client import NoGenerator
         from sandboxes import SandboxError
 
         max_len = self.rc.max_model_len
         assert max_len is not None  # checked at construction
         for attempt in range(self.rc.max_retries + 1):
-            generate, waited = self._generate(group)
+            generate, waited = self._generate(group, i, first)
             sb = None
             try:
                 sb = self.pool.take()
