@@ -29,6 +29,9 @@ class VLLMEngine(Engine):
             # the engine ("CPU Generator does not use offset": it cannot rewind the sampler's
             # generator for the discarded token of a partial prefill)
             enable_chunked_prefill=False,
+            # an episode's next turn re-sends its history, and a group's sequences share their prompt:
+            # their prefill is found in the cache (dropped at every weight swap: stale KV)
+            enable_prefix_caching=True,
             logprobs_mode="processed_logprobs",  # of the distribution sampled from: after temperature
             enforce_eager=cfg.enforce_eager,
             kv_cache_memory_bytes=int(cfg.kv_cache_gb * (1 << 30)),
