@@ -34,7 +34,7 @@ def interpreter(cfg: SandboxConfig) -> tuple[str, list[str]]:
     look at the host's secrets."""
     if cfg.backend.type == "apptainer":
         return "python3", []  # the image is the whole filesystem
-    from sandboxes.bwrap import Runtime
+    from sandboxes.isolation import Runtime
 
     rt = Runtime(cfg.runtime, cfg.packages)
     return rt.python, rt.trees

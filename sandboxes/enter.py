@@ -6,7 +6,7 @@ execs bubblewrap.
 
 SPEC is JSON: {"procs": [cgroup.procs files], "uid": the slot's uid,
 "rlimits": resident.apply_rlimits's limits, or null to set none}.
-`sandboxes.bwrap.entered` writes this command line; nothing on the host
+`sandboxes.isolation.entered` writes this command line; nothing on the host
 imports this file.
 
 Why a process of its own, and not Python run in the child between fork and

@@ -20,9 +20,9 @@ from typing import Any
 
 from sandboxes import resident
 from sandboxes.base import ExecResult, SandboxError
-from sandboxes.bwrap import BwrapCommand, Runtime, _enforced, _rlimits, bwrap_argv, entered, seccomp_pipe
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
+from sandboxes.isolation import BwrapCommand, Runtime, bwrap_argv, enforced_limits, entered, rlimits_of, seccomp_pipe
 
 
 def run_once(
@@ -38,7 +38,7 @@ def run_once(
     runtime = Runtime(cfg.runtime, cfg.packages)
     slot = Slot.acquire()
     cg = Cgroups.create(slot.name, limits)
-    rl = _rlimits(limits, cg)
+    rl = rlimits_of(limits, cg)
     scratch = _HostScratch.create(slot, limits)
     try:
         filt = seccomp_pipe()
@@ -203,7 +203,7 @@ def _run(
         signal=sig,
         duration_s=time.monotonic() - t0,
         cpu_s=watch.cpu_s(),
-        enforced=_enforced(cg),
+        enforced=enforced_limits(cg),
     )
 
 
