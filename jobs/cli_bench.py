@@ -74,6 +74,12 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--keep", action="store_true", help="keep the runs' weights and checkpoints (GBs)")
     b.add_argument("--model", default=None, help="base model checkpoint folder (default: the built-in SmolLM2-135M)")
+    b.add_argument("--sft-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of examples/quickstart-sft.toml (repeatable), e.g. "
+                   "learner.loss.repairs=0.3")  # fmt: skip
+    b.add_argument("--rl-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a key of examples/quickstart-rl.toml, in the RL run and its control alike "
+                   "(repeatable), e.g. rollout.agent.max_turns=2; evaluations play the RL run's max_turns")  # fmt: skip
     b = bench(
         "rl",
         "trained samples/s of a whole run (generator, rollout, learner on their own cores), async vs sync; idle ratios",

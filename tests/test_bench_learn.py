@@ -17,13 +17,16 @@ from conftest import sarl
 def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_after(
     workdir: Path, tiny_model: Path
 ) -> None:
-    out = sarl("bench", "learn", "--quick", "--json", "--dir", "w", "--model", str(tiny_model), cwd=workdir,
+    # the recipe under measurement: a warm start with repair traces, then agent RL of two turns
+    out = sarl("bench", "learn", "--quick", "--json", "--dir", "w", "--model", str(tiny_model),
+               "--sft-set", "learner.loss.repairs=0.5", "--rl-set", "rollout.agent.max_turns=2", cwd=workdir,
                timeout=1200)  # fmt: skip
     r = json.loads(out.stdout)
+    assert r["max_turns"] == 2 and r["rl_set"] == ["rollout.agent.max_turns=2"]
     for key in ("", "humaneval_"):
         for stage in ("base", "sft", "rl", "control"):
             assert 0.0 <= r[f"{key}pass1_{stage}"] <= 1.0, (key, stage)
-            assert 0.0 <= r[f"{key}crash_share_{stage}"] <= 1.0 and r[f"{key}turn_2_share_{stage}"] == 0.0  # 1 turn
+            assert 0.0 <= r[f"{key}crash_share_{stage}"] <= 1.0 and 0.0 <= r[f"{key}turn_2_share_{stage}"] <= 1.0
         for a, b in (("sft", "base"), ("rl", "sft"), ("rl", "control")):
             assert r[f"{key}gain_{a}_vs_{b}_se"] >= 0.0
             assert r[f"{key}gain_{a}_vs_{b}"] == pytest.approx(r[f"{key}pass1_{a}"] - r[f"{key}pass1_{b}"], abs=1e-3)
@@ -33,9 +36,14 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     sft, rl, control = (w / "runs" / n for n in ("quickstart-sft", "quickstart-rl", "quickstart-rl-control"))
     export = json.loads((sft / "model" / "sarl-export.json").read_text())
     assert export["version"] == 2 and export["run"] == str(sft)  # the warm start's last version
+    assert "repairs = 0.5" in (sft / "run.toml").read_text()
     for run in (rl, control):
         frozen = (run / "run.toml").read_text()
         assert str(sft / "model") in frozen and 'mode = "sync"' in frozen  # RL started from the export
+        assert "max_turns = 2" in frozen
+    # every stage was evaluated as the RL run plays: up to 2 turns
+    evals = [p.read_text().splitlines()[0] for p in (w / "logs").iterdir() if "-eval-" in p.name]
+    assert len(evals) == 8 and all("--max-turns 2" in e for e in evals), evals
     assert "shuffle_rewards = true" in (control / "run.toml").read_text()
     # the RL run's report has the control's reward beside its own
     assert (rl / "report" / "control.png").is_file()

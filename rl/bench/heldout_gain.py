@@ -50,8 +50,8 @@ QUICK_RL = [
     'generator.engine={type="hf", max_model_len=1024}',
 ]
 # greedy, one reply of up to 256 tokens, every task at once (the engine's best batch)
-FULL_EVAL = ["--max-turns", "1", "--max-tokens", "256", "--concurrency", "64"]
-QUICK_EVAL = ["--max-tokens", "16", "--max-turns", "1", "--backend", "hf"]
+FULL_EVAL = ["--max-tokens", "256", "--concurrency", "64"]
+QUICK_EVAL = ["--max-tokens", "16", "--backend", "hf"]
 
 
 class _Steps:
@@ -114,6 +114,7 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     sft_set = [x for o in (QUICK_SFT if quick else []) for x in ("--set", o)]
     if args.model:  # another base model than the built-in one
         sft_set += ["--set", f"model.path={json.dumps(str(Path(args.model).resolve()))}"]
+    sft_set += [x for o in args.sft_set for x in ("--set", o)]  # the recipe under measurement
     sh("submit-sft", "submit", str(SFT_CONFIG), *common, *sft_set,
        "--set", 'learner.loss.tasks_file="gen.train.jsonl"')  # fmt: skip
     sh("wait-sft", "status", "runs/quickstart-sft", "--wait")
@@ -121,6 +122,7 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     minutes = {"sft": (time.perf_counter() - t0) / 60}
     rl_set = [x for o in (QUICK_RL if quick else []) for x in ("--set", o)]
     rl_set += ["--set", 'model.path="runs/quickstart-sft/model"', "--set", 'rollout.tasks_file=["gen.train.jsonl"]']
+    rl_set += [x for o in args.rl_set for x in ("--set", o)]
     for name, extra in (("rl", []), ("control", ["--set", 'run.name="quickstart-rl-control"',
                                                   "--set", "learner.shuffle_rewards=true"])):  # fmt: skip
         t = time.perf_counter()
@@ -130,9 +132,12 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     # the RL run's curves with the control's reward beside it: RUN/report/ (control.png, learning.png, ...)
     sh("report", "report", RUNS["rl"], "--control", RUNS["control"])
 
-    evals = QUICK_EVAL if quick else FULL_EVAL
+    # every stage is evaluated with the turns the RL run played (the agent it trained), greedy
+    turns = _max_turns(work / RUNS["rl"] / "run.toml")
+    evals = [*(QUICK_EVAL if quick else FULL_EVAL), "--max-turns", str(turns)]
     r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "family": args.family,
-                         "model": args.model or "smollm2-135m-instruct"}  # fmt: skip
+                         "model": args.model or "smollm2-135m-instruct", "max_turns": turns,
+                         "sft_set": list(args.sft_set), "rl_set": list(args.rl_set)}  # fmt: skip
     for key, tasks in (("", "gen.heldout.jsonl"), ("humaneval_", "humaneval.jsonl")):
         folders = {}
         for stage in STAGES:
@@ -164,6 +169,13 @@ EVALUATED: dict[str, tuple[str, int | None]] = {
     "rl": (RUNS["rl"], None),  # the newest version
     "control": (RUNS["control"], None),
 }
+
+
+def _max_turns(frozen: Path) -> int:
+    """The agent's `max_turns` in a run's frozen config (run.toml)."""
+    import tomllib
+
+    return int(tomllib.loads(frozen.read_text())["rollout"]["agent"]["max_turns"])
 
 
 def _paired_gain(before: Path, after: Path) -> tuple[float, float]:
@@ -199,7 +211,8 @@ def _lines(r: dict[str, Any]) -> list[str]:
         )
 
     return [
-        f"learn: held-out pass@1 (greedy, paired standard errors in points), {r['minutes']:.1f} min in all "
+        f"learn: held-out pass@1 (greedy, up to {r['max_turns']} turns, paired standard errors in points), "
+        f"{r['minutes']:.1f} min in all "
         f"(SFT {r['minutes_sft']:.1f}, RL {r['minutes_rl']:.1f}, control {r['minutes_control']:.1f})"
         + (" [--quick: not a measurement]" if r["quick"] else ""),
         f"  {'':<18}" + "".join(f"{s:>16}" for s in ("base", "SFT", "SFT + RL", "control")),
