@@ -533,3 +533,30 @@ def test_an_unreadable_manifest_or_pin_is_named_and_loses_nothing(tmp_path: Path
     with pytest.raises(CorruptData, match=r"v0000000003/manifest.json"):
         ws.load(3)
     assert ws.load(2)[0] == 2
+
+
+def test_the_given_up_count_follows_every_record_without_listing_at_each_look(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The async gate asks for the count four times a second: it is listed again
+    when the folder changes, and at least every RELIST_S even when its mtime
+    says nothing (a coarse-mtime filesystem), never served stale past that."""
+    from rl.store import given_up
+
+    gu = Store.of_run(tmp_path / "run").given_up
+    assert gu.count() == 0  # no folder yet
+    listings = []
+    real = given_up.GivenUp.groups
+    monkeypatch.setattr(given_up.GivenUp, "groups", lambda self: listings.append(1) or real(self))
+    gu.record(3, "dynamic sampling: every reward equal", "w0")
+    assert gu.count() == 1 and len(listings) == 1
+    assert gu.count() == 1 and len(listings) == 1  # unchanged folder: no listing
+    gu.record(5, "sandbox: died", "w0")
+    assert gu.count() == 2 and len(listings) == 2  # the folder changed: listed again
+    # a record whose write left the folder's mtime as it was is counted within RELIST_S
+    stamp = os.stat(gu.folder).st_mtime_ns
+    gu.record(8, "sandbox: died", "w1")
+    os.utime(gu.folder, ns=(stamp, stamp))
+    assert gu.count() == 2
+    monkeypatch.setattr(given_up, "RELIST_S", 0.0)
+    assert gu.count() == 3

@@ -310,7 +310,7 @@ class Worker:
             return "start" if v == r else "wait"
         if group < (self.ctx.max_staleness + v + 1) * gps:
             return "start"
-        return "start" if group < (self.ctx.max_staleness + v + 1) * gps + len(self.store.given_up.groups()) else "wait"
+        return "start" if group < (self.ctx.max_staleness + v + 1) * gps + self.store.given_up.count() else "wait"
 
     def _task_of(self, g: int) -> Task | None:
         """The group's task: as planned before a restart, else drawn and recorded first."""

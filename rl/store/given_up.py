@@ -28,10 +28,17 @@ from pathlib import Path
 
 from rl.fsio import read_json, sweep_temporaries, write_json
 
+RELIST_S = 5.0
+"""`count()` lists the folder again at least this often, even when its
+mtime has not changed (a filesystem whose mtimes are coarser than the
+writes between two looks)."""
+
 
 class GivenUp:
     def __init__(self, store: str | os.PathLike[str]):
         self.folder = Path(store) / "given_up"
+        self._counted: tuple[int, float, int] | None = None
+        """(folder mtime in ns, when listed, how many) of the last `count()`."""
 
     def path(self, group: int) -> Path:
         return self.folder / f"{group:010d}"
@@ -48,6 +55,22 @@ class GivenUp:
         if not self.folder.is_dir():
             return set()
         return {int(p.name) for p in self.folder.iterdir() if p.name.isdigit()}
+
+    def count(self) -> int:
+        """How many groups are given up: `len(groups())`, listed again only
+        when the folder changed (one stat) or RELIST_S has passed. The async
+        rollout gate asks it every quarter second while it waits, and a
+        folder of thousands of names on a parallel filesystem is not free to
+        list."""
+        try:
+            mtime = os.stat(self.folder).st_mtime_ns
+        except FileNotFoundError:
+            return 0
+        now = time.monotonic()
+        c = self._counted
+        if c is None or c[0] != mtime or now - c[1] >= RELIST_S:
+            c = self._counted = (mtime, now, len(self.groups()))
+        return c[2]
 
     def reason(self, group: int) -> str | None:
         rec = read_json(self.path(group))
