@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 GROUPS = (
@@ -39,8 +40,17 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    # `kill`, a closed terminal or a time limit end the command as an exit does: what it
+    # started is closed on the way out (a vLLM engine runs in processes of its own, which
+    # Python's default SIGTERM would leave running, holding GBs). SIGKILL cannot be caught.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _exit_on_signal)
     from jobs.output import json_stdout
     from rl.errors import ConfigError, SarlError
     from sandboxes.base import SandboxError

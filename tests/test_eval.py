@@ -4,8 +4,11 @@ an engine it starts itself, and the run's live generator)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -207,3 +210,84 @@ max_tokens = 16
         assert glance["last_eval"]["version"] == 2 and "pass@1" in glance["last_eval"]
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)
+
+
+@pytest.mark.slow
+def test_a_terminated_sarl_eval_leaves_no_engine_process_behind(workdir: Path, tiny_model: Path) -> None:
+    """`kill` (SIGTERM) of a `sarl eval` that started its own vLLM engine: the
+    engine runs in processes of its own (EngineCore and its worker), which a
+    plain SIGTERM of Python left running, holding their memory. The command
+    now exits as on an error, closing what it started: every process under it
+    is gone, and it exits with 128 + SIGTERM."""
+    import signal
+    import subprocess
+    import sys
+
+    from rl.tasks.format import write_tasks
+    from rl.tasks.synthesis import synthesize
+
+    write_tasks(workdir / "held.jsonl", synthesize("filtering", 40, seed=2, difficulty=1))
+    body = """
+[run]
+name = "k"
+root = "runs"
+[executor]
+type = "local"
+[model]
+path = "{tiny_model}"
+dtype = "float32"
+[generator]
+[generator.engine]
+type = "vllm"
+max_model_len = 1024
+"""
+    cfg = write_config(workdir, body.replace("{tiny_model}", str(tiny_model)))
+    sarl("submit", str(cfg), cwd=workdir)
+    run = workdir / "runs" / "k"
+    sarl("cancel", str(run), cwd=workdir)  # the eval starts its own engine
+    cmd = [str(Path(sys.executable).with_name("sarl")), "eval", str(run), "--tasks", "held.jsonl", "-n", "4",
+           "--engine", "own", "--backend", "vllm", "--max-tokens", "64", "--max-turns", "2"]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def descendants() -> set[int]:
+        out = subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout
+        children: dict[int, list[int]] = {}
+        for line in out.splitlines():
+            pid, ppid = map(int, line.split())
+            children.setdefault(ppid, []).append(pid)
+        found, todo = set(), [proc.pid]
+        while todo:
+            for c in children.get(todo.pop(), []):
+                found.add(c)
+                todo.append(c)
+        return found
+
+    def engine_started() -> set[int] | None:
+        if proc.poll() is not None:
+            raise AssertionError(f"sarl eval ended before its engine started: {proc.stderr.read()[-2000:]}")
+        pids = descendants()
+        return pids if any(_comm(p).startswith("VLLM") for p in pids) else None
+
+    pids: set[int] = set()
+    try:
+        pids = wait_for(engine_started, 600, "sarl eval's vLLM engine processes")
+        time.sleep(5.0)  # into the episodes
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(300) == 128 + signal.SIGTERM
+        wait_for(lambda: not [p for p in pids if Path(f"/proc/{p}").exists()], 120, "the engine processes to end")
+    finally:
+        # an orphan's parent is init: the engine processes seen before the kill too (by name: a
+        # number may have been reused)
+        left = descendants() | {p for p in pids if _comm(p).startswith("VLLM")}
+        if proc.poll() is None:
+            proc.kill()
+        for p in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p, signal.SIGKILL)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""

@@ -257,9 +257,13 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
 
         futures = {t.task_id: [ex.submit(one, t, i) for i in range(n)] for t in plan.tasks}
         results = []
-        for t in plan.tasks:
-            got = [f.result() for f in futures[t.task_id]]
-            results.append(task_result(t, [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], ks))
+        try:
+            for t in plan.tasks:
+                got = [f.result() for f in futures[t.task_id]]
+                results.append(task_result(t, [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], ks))
+        except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played
+            ex.shutdown(wait=False, cancel_futures=True)
+            raise
     summary = {"version": version, "tasks_file": plan.tasks_name, "n": n, "engine": policy.how}
     summary.update(summarise(results, ks))
     summary["minutes"] = round((time.monotonic() - t0) / 60, 2)
