@@ -360,27 +360,31 @@ class Worker:
         waited = [0.0]
         asked = [0]
 
-        def ask(prompt: list[int], params: Any) -> tuple[list[Any], int]:
+        def ask(prompt: list[int], params: Any) -> tuple[list[Any], int, float]:
+            w = 0.0  # seconds waited for a generator, not generating
             while True:
                 if self.stopping.is_set():
                     raise Stopping()
                 # NoGenerator ends this attempt; the next one starts with its own deadline
                 r = self.client.generate([prompt], params)
-                waited[0] += r.waited_s
+                w += r.waited_s
                 self.stats.count(generator_wait_s=r.waited_s, generator_retries=r.attempts - 1)
                 if need is None or r.version == need:
-                    return r.outputs[0], r.version
+                    return r.outputs[0], r.version, w
                 if r.version > need:
                     raise Abandon(f"sync: round {need} closed, a generator serves version {r.version}")
                 self.stopping.wait(0.5)  # the generator has not loaded the round's version yet
-                waited[0] += 0.5
+                w += 0.5
 
         def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
             asked[0] += 1
             if first is not None and asked[0] == 1:
-                return first.reply(i, prompt, params, ask)
-            completions, version = ask(prompt, params)
-            return completions[0], version
+                completion, version, w = first.reply(i, prompt, params, ask)
+            else:
+                completions, version, w = ask(prompt, params)
+                completion = completions[0]
+            waited[0] += w
+            return completion, version
 
         return generate, lambda: waited[0]
 
