@@ -25,7 +25,8 @@ def add_commands(sub: Any) -> None:
         "--family",
         default="all",
         help="a family, or a group: all (default), classic (11 families of few templates each), composed "
-        "(programs composed of small operations: thousands of templates); `--family list` lists them",
+        "(programs composed of small operations: thousands of templates), workspace (42 packages to fix, "
+        "implement or make pass with tools); `--family list` lists them",
     )
     s.add_argument("-n", type=int, default=100, help="tasks to write (round-robin over families and levels)")
     s.add_argument("--seed", type=int, default=0)
@@ -94,6 +95,13 @@ def generate(args: argparse.Namespace) -> int:
     from rl.tasks.format import write_tasks
     from rl.tasks.synthesis import synthesize
 
+    if args.family == "workspace":
+        from rl.tasks.workspaces import workspace_tasks
+
+        tasks = workspace_tasks()[: args.n]
+        write_tasks(args.output, tasks)
+        print(f"wrote {len(tasks)} workspace tasks to {args.output}", file=sys.stderr)
+        return 0
     if args.family == "list":
         from rl.tasks.families import GROUPS
 

@@ -127,11 +127,19 @@ def load_tokenizer(path: str | os.PathLike[str]) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def chat_ids(tokenizer: Any, messages: list[dict[str, str]], add_generation_prompt: bool = True) -> list[int]:
+def chat_ids(
+    tokenizer: Any,
+    messages: list[dict[str, str]],
+    add_generation_prompt: bool = True,
+    tools: list[dict[str, Any]] | None = None,
+) -> list[int]:
     """Token ids of a conversation under the model's chat template: the one
-    rendering used by rollouts (prompts) and by the learner (sequences)."""
+    rendering used by rollouts (prompts) and by the learner (sequences).
+    `tools`: function declarations, for a template that renders them
+    (rl.agent.tools.template_has_tools)."""
+    extra = {"tools": tools} if tools else {}
     ids = tokenizer.apply_chat_template(
-        messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False
+        messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False, **extra
     )
     return [int(i) for i in ids]
 

@@ -1,11 +1,86 @@
-"""The `[agent]` section: the tool protocol and its budgets (pydantic only)."""
+"""The `[agent]` section: the protocol, its budgets, and the environment
+(pydantic and the standard library only).
+
+Which environment plays a task: the task names its kind
+(`Task.environment`, default `function`); `environment`, when not empty,
+plays every task with one kind or a user's own class. A `module:Class` is
+imported and its methods' signatures checked when the config is read, so
+that a missing module, a missing class or a wrong signature is an error
+before anything is submitted.
+"""
 
 from __future__ import annotations
+
+import importlib
+import inspect
+import re
+import sys
+from pathlib import Path
 
 from pydantic import Field, field_validator
 
 from rl.engine.config import MAX_TEMPERATURE, MIN_TEMPERATURE, MIN_TOP_P
 from rl.schema import Section
+
+BUILTIN_ENVIRONMENTS = {
+    "function": "rl.agent.function:FunctionEnv",
+    "workspace": "rl.agent.workspace:WorkspaceEnv",
+}
+"""The built-in kinds, by the name a task or config gives."""
+
+SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+# method: the parameters it takes after self
+METHODS = {"reset": ("task",), "step": ("reply", "last"), "final": (), "verify": ("final",)}
+
+
+class EnvironmentSpecError(ValueError):
+    """An environment name that cannot be used; the message says why."""
+
+
+def load_environment(spec: str) -> type:
+    """The class a built-in name or `module:Class` names, checked."""
+    target = BUILTIN_ENVIRONMENTS.get(spec, spec)
+    if not SPEC.match(target):
+        raise EnvironmentSpecError(
+            f"{spec!r} is neither a built-in environment ({', '.join(BUILTIN_ENVIRONMENTS)}) nor `module:Class`"
+        )
+    module, _, name = target.partition(":")
+    if "" not in sys.path and str(Path.cwd()) not in sys.path:  # a user's module next to the config
+        sys.path.append(str(Path.cwd()))
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as e:
+        raise EnvironmentSpecError(f"{spec!r}: module {module!r} cannot be imported: {e}") from None
+    except Exception as e:  # noqa: BLE001 (an error at import is the user's, reported as such)
+        raise EnvironmentSpecError(f"{spec!r}: importing {module!r} raised {type(e).__name__}: {e}") from None
+    cls = getattr(mod, name, None)
+    if not inspect.isclass(cls):
+        raise EnvironmentSpecError(f"{spec!r}: module {module!r} has no class {name!r}")
+    check_environment(cls, spec)
+    return cls
+
+
+def check_environment(cls: type, spec: str) -> None:
+    """Refuse a class whose methods do not match the interface (rl.agent.env)."""
+    try:
+        inspect.signature(cls).bind(object())
+    except TypeError:
+        raise EnvironmentSpecError(f"{spec!r}: {cls.__name__}(ctx) must take one argument, the EnvContext") from None
+    for method, params in METHODS.items():
+        fn = getattr(cls, method, None)
+        if not callable(fn):
+            raise EnvironmentSpecError(f"{spec!r}: {cls.__name__} has no method {method}({', '.join(params)})")
+        try:
+            inspect.signature(fn).bind(object(), *params)
+        except TypeError:
+            raise EnvironmentSpecError(
+                f"{spec!r}: {cls.__name__}.{method} must take ({', '.join(('self', *params))}); "
+                f"it is {method}{inspect.signature(fn)}"
+            ) from None
+        if inspect.iscoroutinefunction(fn):
+            raise EnvironmentSpecError(f"{spec!r}: {cls.__name__}.{method} must be a plain method, not async")
+
 
 SYSTEM_PROMPT = (
     "You are a careful Python programmer. Solve the task by writing the whole function "
@@ -35,7 +110,21 @@ class AgentConfig(Section):
     stop_when_examples_pass: bool = True
     """End the episode as soon as the code passes every visible example."""
     run_s: float = Field(5.0, gt=0)
-    """Seconds one run of the policy's code with the examples may take."""
+    """Seconds one run of the policy's code with the examples, or one tool
+    call, may take."""
+    max_tool_calls: int = Field(4, ge=1, le=32)
+    """Tool calls of one reply that are run; later ones are ignored."""
+    environment: str = ""
+    """The environment that plays every task: a built-in kind (`function`,
+    `workspace`) or your own `module:Class` (docs/environments.md). Empty:
+    each task's own `environment`."""
+
+    @field_validator("environment")
+    @classmethod
+    def _environment(cls, v: str) -> str:
+        if v:
+            load_environment(v)  # imported and its signatures checked now, before anything is submitted
+        return v
 
     @field_validator("temperature")
     @classmethod

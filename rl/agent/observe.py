@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from rl.agent.tools import cut
 from rl.tasks.format import Task
 from sandboxes.config import Limits
 
@@ -111,8 +112,4 @@ def describe(outcome: Outcome, has_code: bool) -> str:
 
 def fit(text: str, tokenizer: Any, budget: int) -> str:
     """`text` cut in the middle to at most about `budget` tokens."""
-    ids = tokenizer.encode(text, add_special_tokens=False)
-    if len(ids) <= budget:
-        return text
-    keep = max(1, (budget - 8) // 2)
-    return tokenizer.decode(ids[:keep]) + "\n... (cut) ...\n" + tokenizer.decode(ids[-keep:])
+    return cut(text, tokenizer, budget)[0]

@@ -43,10 +43,11 @@ class ObservationTokens:
         self.base = base
         self.ends = set(ends)
 
-    def after_reply(self, sampled: list[int], text: str) -> list[int]:
-        """Ids to append after `sampled` (a reply) for the user turn `text`,
+    def after_reply(self, sampled: list[int], text: str, role: str = "user") -> list[int]:
+        """Ids to append after `sampled` (a reply) for the turn `text` (a
+        `user` message, or a `tool` result where the template has tools),
         ending with the generation prompt of the next reply."""
-        full = chat_ids(self.tokenizer, [*_BASE, {"role": "user", "content": text}], add_generation_prompt=True)
+        full = chat_ids(self.tokenizer, [*_BASE, {"role": role, "content": text}], add_generation_prompt=True)
         if full[: len(self.base)] != self.base:
             raise ValueError("the chat template rewrites earlier turns: observations cannot be appended")
         closing = [] if sampled and sampled[-1] in self.ends else [self.end_id]

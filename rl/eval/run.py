@@ -56,6 +56,10 @@ class TaskResult:
     the visible examples, and the agent was shown why)."""
     fixed_after_turn_1: int = 0
     """Of those, samples that passed in the end: repairs."""
+    tool_calls: int = 0
+    """Tool calls of all samples (environments with tools)."""
+    tool_calls_invalid: int = 0
+    """Of those, the invalid ones (rl.agent.tools.INVALID_CALLS)."""
 
 
 def eval_seed(task_id: str, i: int) -> int:
@@ -75,11 +79,26 @@ def summarise(results: list[TaskResult], ks: list[int]) -> dict[str, Any]:
 
     reached, fixed = sum(r.reached_turn_2 for r in results), sum(r.fixed_after_turn_1 for r in results)
     out.update(agent_shares(out["samples"], fails.get("crash", 0), reached, fixed))
+    calls = sum(r.tool_calls for r in results)
+    if calls:
+        from rl.agent.tools import tool_validity
+
+        out["tool_calls_per_sample"] = round(calls / max(1, out["samples"]), 3)
+        out["tool_valid_share"] = tool_validity(calls, sum(r.tool_calls_invalid for r in results))
     return out
 
 
-def task_result(task: Task, passed: list[bool], failures: list[str], turns: list[int], ks: list[int]) -> TaskResult:
+def task_result(
+    task: Task,
+    passed: list[bool],
+    failures: list[str],
+    turns: list[int],
+    ks: list[int],
+    tools: list[tuple[int, int]] | None = None,
+) -> TaskResult:
+    """`tools`: (calls, invalid calls) of each sample."""
     n, c = len(passed), sum(passed)
+    tools = tools or []
     return TaskResult(
         task.task_id,
         n,
@@ -90,6 +109,8 @@ def task_result(task: Task, passed: list[bool], failures: list[str], turns: list
         {k: task.metadata[k] for k in ("family", "difficulty") if k in task.metadata},
         sum(t >= 2 for t in turns),
         sum(t >= 2 and p for t, p in zip(turns, passed, strict=True)),
+        sum(calls for calls, _ in tools),
+        sum(bad for _, bad in tools),
     )
 
 
@@ -220,6 +241,7 @@ def evaluate(
 def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], None] | None = None) -> dict[str, Any]:
     """n episodes of each task against `policy`; the results and summary
     written under RUN_DIR/eval/."""
+    from rl.agent.tools import INVALID_CALLS
     from rl.model import checkpoint, load_tokenizer
     from rl.rollout.episode import run_episode
     from rl.rollout.samples import failure_of
@@ -241,7 +263,7 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
                 raise EvalError(f"a generator answered with version {r.version} while version {version} was evaluated")
             return r.outputs[0][0], r.version
 
-        def one(task: Task, i: int) -> tuple[bool, str, int]:
+        def one(task: Task, i: int) -> tuple[bool, str, int, tuple[int, int]]:
             sb = pool.take()
             try:
                 seed = eval_seed(task.task_id, i)
@@ -253,14 +275,18 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
             if progress is not None:
                 progress()
             why = failure_of(ep)
-            return why == "", why, ep.turns
+            return why == "", why, ep.turns, (ep.tool_calls, sum(ep.tool_failures[w] for w in INVALID_CALLS))
 
         futures = {t.task_id: [ex.submit(one, t, i) for i in range(n)] for t in plan.tasks}
         results = []
         try:
             for t in plan.tasks:
                 got = [f.result() for f in futures[t.task_id]]
-                results.append(task_result(t, [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], ks))
+                results.append(
+                    task_result(
+                        t, [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], ks, [g[3] for g in got]
+                    )
+                )
         except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played
             ex.shutdown(wait=False, cancel_futures=True)
             raise

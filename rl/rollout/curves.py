@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from rl.agent.tools import INVALID_CALLS, TOOL_FAILURES, tool_validity
 from rl.rollout.samples import agent_shares, failure_of
 from rl.store import Sample
 
@@ -63,6 +64,13 @@ class Curves:
         for k, v in shares.items():
             if v is not None:
                 tb.add_scalar(f"rollout/{k}", v, step)
+        calls = sum(e.tool_calls for e in episodes)
+        if calls:  # environments with tools: how many calls, and what went wrong with them
+            invalid = sum(e.tool_failures[w] for e in episodes for w in INVALID_CALLS)
+            tb.add_scalar("rollout/tools/calls_per_episode", calls / len(episodes), step)
+            tb.add_scalar("rollout/tools/valid_share", tool_validity(calls, invalid), step)
+            for why in TOOL_FAILURES:
+                tb.add_scalar(f"rollout/tools/{why}", sum(e.tool_failures[why] for e in episodes) / calls, step)
         tb.add_scalar("rollout/tokens", float(np.mean([len(e.trajectory) for e in episodes])), step)
         for t in ("generate_s", "execute_s", "verify_s"):
             tb.add_scalar(f"rollout/time/{t}", float(np.mean([e.timings.get(t, 0.0) for e in episodes])), step)

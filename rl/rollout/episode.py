@@ -1,30 +1,36 @@
-"""One episode: think, execute, observe, revise; then verify.
+"""One episode: the policy against its environment, then verification.
 
-    prompt ids -> generate -> parse the action -> run it with the visible
-    examples in the episode's sandbox -> observation ids -> generate -> ...
-    -> the last code the policy wrote -> verifier, in a fresh sandbox with
-    the pristine hidden tests -> reward
+    environment.reset -> prompt ids -> generate -> environment.step(reply)
+    -> observation ids -> generate -> ... -> environment.final()
+    -> environment.verify (a fresh sandbox, pristine checks) -> reward
 
-An episode ends when its code passes every visible example (if configured),
-after `max_turns` replies, when the next turn would not fit in
-`max_model_len`, or at its deadline: checked before each reply, and a run
-of the policy's code is cut at the deadline (a reply being generated is
-bounded by the generator client's timeout, not by the deadline). The trajectory (rl.agent.tokens) holds
-every id exactly as sampled.
+The environment (rl.agent.env) is the task's kind or the configured one:
+the same loop plays function tasks, workspace tasks with tools, and a
+user's `module:Class`, for rollouts and `sarl eval` alike. The loop owns
+the tokens: the environment sees text, and its observations are appended
+after the sampled ids without re-tokenising them (rl.agent.tokens), so the
+trajectory holds every id exactly as sampled.
+
+An episode ends when the environment says so (examples pass, submit), after
+`max_turns` replies, when the next turn would not fit in `max_model_len`,
+or at its deadline: checked before each reply, and what the environment
+runs is cut at the deadline (a reply being generated is bounded by the
+generator client's timeout, not by the deadline). An environment that
+raises is an infrastructure failure (EnvironmentFailed), never a score.
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rl.agent.actions import as_completion, parse_action
-from rl.agent.config import AgentConfig
-from rl.agent.observe import Outcome, describe, fit, run_action
-from rl.agent.prompts import first_messages
+from rl.agent.config import AgentConfig, EnvironmentSpecError, load_environment
+from rl.agent.env import EnvContext, EnvironmentFailed, Final
 from rl.agent.tokens import ObservationTokens, Trajectory
+from rl.agent.tools import protocol_text, template_has_tools
 from rl.engine import Completion
 from rl.engine.config import SamplingParams
 from rl.model import chat_ids, stop_ids
@@ -33,7 +39,7 @@ from rl.tasks.format import Task
 Generate = Callable[[list[int], SamplingParams], tuple[Completion, int]]
 """Sample one completion of a prompt: (the completion, the weight version that sampled it)."""
 
-ENDS = ("examples-pass", "max-turns", "token-budget", "deadline")
+ENDS = ("examples-pass", "submitted", "max-turns", "token-budget", "deadline")
 
 
 @dataclass
@@ -42,20 +48,39 @@ class Episode:
 
     trajectory: Trajectory
     completion: str
-    """The final solution, as a completion of the task's prompt (what the verifier got)."""
+    """The final answer as text (a function: the completion of the task's
+    prompt the verifier got; a workspace: the diff of its files)."""
     turns: int
     end: str
     """Why it ended: one of ENDS."""
     verdict: Any = None
-    """The verifier's Verdict of `completion`."""
+    """The verifier's Verdict of the final answer."""
     timings: dict[str, float] = field(default_factory=dict)
-    """Seconds spent: generate_s, execute_s, verify_s."""
-    outcomes: list[Outcome] = field(default_factory=list)
-    """Each run of the policy's code with the visible examples."""
+    """Seconds spent: generate_s, execute_s (the environment's steps), verify_s."""
+    outcomes: list[Any] = field(default_factory=list)
+    """The environment's record of each step (function: each run of the
+    policy's code with the visible examples)."""
     episode_id: str = ""
     """Its identity in the run, `GROUP/INDEX`, set by the rollout worker."""
     temperature: float = 1.0
     """The temperature every reply was sampled at (0: greedy)."""
+    tool_calls: int = 0
+    """Tool calls the policy made, valid or not."""
+    tool_failures: Counter[str] = field(default_factory=Counter)
+    """How many of each failure (rl.agent.tools.TOOL_FAILURES) its calls met."""
+
+
+def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call an environment method; what it raises is the environment's failure."""
+    from rl.generator.client import NoGenerator
+    from sandboxes import SandboxError
+
+    try:
+        return fn(*args)
+    except (SandboxError, NoGenerator, EnvironmentFailed):
+        raise
+    except Exception as e:  # noqa: BLE001 (any error of an environment is not the policy's)
+        raise EnvironmentFailed(f"{what} raised {type(e).__name__}: {str(e)[:300]}") from e
 
 
 def run_episode(
@@ -70,7 +95,7 @@ def run_episode(
     seed: int | None = None,
     waited: Callable[[], float] | None = None,
 ) -> Episode:
-    """Play one episode of `task` and verify its final solution. `deadline`
+    """Play one episode of `task` and verify its final answer. `deadline`
     is a `time.monotonic()` value; `seed` seeds each reply (turn k: seed + k).
     `waited()`: the seconds the episode has spent so far waiting for a
     generator (none announced yet, no free slot, not yet on the round's
@@ -79,22 +104,38 @@ def run_episode(
     a policy failure that would be scored."""
 
     def left() -> float:
-        assert deadline is not None
+        if deadline is None:
+            return float("inf")
         return deadline + (waited() if waited is not None else 0.0) - time.monotonic()
 
+    kind = cfg.environment or task.environment
+    try:
+        cls = load_environment(kind)
+    except EnvironmentSpecError as e:
+        raise EnvironmentFailed(str(e)) from None
+    env = _guard(f"{kind}(ctx)", cls, EnvContext(task, sandbox, verifier, cfg, left, tokenizer))
+    start = _guard(f"{kind}.reset", env.reset, task)
+    native = template_has_tools(tokenizer)
+    messages = list(start.messages)
+    if start.tools and not native:  # the one text format, in the system message
+        text = protocol_text(start.tools)
+        if messages and messages[0].get("role") == "system":
+            messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + text}
+        else:
+            messages.insert(0, {"role": "system", "content": text})
+    schemas = [t.schema() for t in start.tools] if start.tools and native else None
+    role = "tool" if start.tools and native else "user"
     obs = ObservationTokens(tokenizer)
-    traj = Trajectory.start(chat_ids(tokenizer, first_messages(task, cfg)))
+    traj = Trajectory.start(chat_ids(tokenizer, messages, tools=schemas))
     timings = {"generate_s": 0.0, "execute_s": 0.0, "verify_s": 0.0}
-    code, end, turns, outcomes = "", "max-turns", 0, []
-    for path, content in task.files.items():
-        sandbox.write_file(f"/sandbox/{path}", content)
+    end, turns, outcomes, calls, failures = "max-turns", 0, [], 0, Counter[str]()
     stops = stop_ids(tokenizer)
     while True:
         room = max_model_len - len(traj)
         if room < 2:
             end = "token-budget"
             break
-        if deadline is not None and left() <= 0:
+        if left() <= 0:
             end = "deadline"
             break
         params = SamplingParams(
@@ -109,32 +150,54 @@ def run_episode(
         timings["generate_s"] += time.monotonic() - t0
         traj.add_sampled(list(completion.token_ids), list(completion.logprobs), version)
         turns += 1
-        action = parse_action(tokenizer.decode(completion.token_ids, skip_special_tokens=True))
-        if action.code:
-            code = action.code
-        if turns >= cfg.max_turns:
-            end = "max-turns"
-            break
+        reply = tokenizer.decode(completion.token_ids, skip_special_tokens=True)
         t0 = time.monotonic()
-        # a run may take `run_s`, and never past the episode's deadline
-        run_s = cfg.run_s if deadline is None else max(0.05, min(cfg.run_s, left()))
-        outcome = run_action(sandbox, task, action.code, run_s) if action.code else Outcome()
+        step = _guard(f"{kind}.step", env.step, reply, turns >= cfg.max_turns)
         timings["execute_s"] += time.monotonic() - t0
-        outcomes.append(outcome)
-        if deadline is not None and run_s < cfg.run_s and outcome.limit == "wall_time":
+        calls += step.calls
+        failures.update(step.failures)
+        if step.outcome is not None:
+            outcomes.append(step.outcome)
+        if step.done or turns >= cfg.max_turns:
+            end = step.end if step.done and step.end in ENDS else "max-turns"
+            break
+        if left() <= 0:
             end = "deadline"
             break
-        if action.code and outcome.all_pass and cfg.stop_when_examples_pass:
-            end = "examples-pass"
-            break
-        text = fit(describe(outcome, bool(action.code)), tokenizer, cfg.observation_tokens)
-        ids = obs.after_reply(list(completion.token_ids), text)
+        ids = obs.after_reply(list(completion.token_ids), step.observation, role)
         if len(traj) + len(ids) + 1 >= max_model_len:
             end = "token-budget"
             break
         traj.add_context(ids)
-    solution = as_completion(task.prompt, code)
+    final = _guard(f"{kind}.final", env.final)
+    if not isinstance(final, Final):
+        raise EnvironmentFailed(f"{kind}.final returned {type(final).__name__}, not a Final")
     t0 = time.monotonic()
-    verdict = verifier.verify(task, solution)
+    verdict = _verdict(task, _guard(f"{kind}.verify", env.verify, final), verifier, kind)
     timings["verify_s"] = time.monotonic() - t0
-    return Episode(traj, solution, turns, end, verdict, timings, outcomes, temperature=cfg.temperature)
+    return Episode(
+        traj,
+        final.completion,
+        turns,
+        end,
+        verdict,
+        timings,
+        outcomes,
+        temperature=cfg.temperature,
+        tool_calls=calls,
+        tool_failures=failures,
+    )
+
+
+def _verdict(task: Task, got: Any, verifier: Any, kind: str) -> Any:
+    """A Verdict as it is, or one made of a mapping of check scores."""
+    from rl.verify.verifier import Verdict
+
+    if isinstance(got, Verdict):
+        return got
+    if not isinstance(got, dict):
+        raise EnvironmentFailed(f"{kind}.verify returned {type(got).__name__}, not a Verdict or a dict of checks")
+    try:
+        return verifier.verdict_of_checks(task, got)
+    except ValueError as e:
+        raise EnvironmentFailed(f"{kind}.verify: {e}") from None

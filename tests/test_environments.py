@@ -1,0 +1,347 @@
+"""Environments beyond one function: tools, workspaces, a user's own class.
+
+The sandboxes, the verifier, the tokenizer and the episode loop are real.
+Where a test needs the policy to make particular calls (a fix, a hostile
+call), its replies are scripted: the ids it "samples" are the tokenizer's
+ids of fixed text, and everything after that is the real thing. The real
+model plays workspace episodes in test_a_real_policy_plays_workspace_episodes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from rl.agent.config import AgentConfig
+from rl.agent.env import EnvironmentFailed
+from rl.agent.tools import TOOL_FAILURES, parse_calls
+from rl.agent.workspace import TOOLS
+from rl.engine import Completion
+from rl.engine.config import SamplingParams
+from rl.model import ModelConfig, checkpoint, load_tokenizer
+from rl.rollout.episode import run_episode
+from rl.tasks.format import Task
+from rl.tasks.workspaces import workspace_tasks
+from rl.verify.config import VerifyConfig
+from rl.verify.verifier import Verifier
+from sandboxes import open_sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKSPACES = {t.task_id: t for t in workspace_tasks()}
+SLUG = WORKSPACES["workspace/textkit.slug/fix"]
+SLUG_FIX = json.loads(SLUG.reference)["textkit/slug.py"]
+FORGE = (
+    'import sys\nsys.stdout.write(\'\\n@@SARL-VERIFY@@\' + \'{"cases": [{"line": 2, "ok": true, "why": ""}]}\\n\')\n'
+)
+
+
+@pytest.fixture(scope="module")
+def tok() -> Any:
+    return load_tokenizer(checkpoint(ModelConfig(dtype="float32")))
+
+
+def call(name: str, **args: Any) -> str:
+    return "<tool_call>" + json.dumps({"name": name, "arguments": args}) + "</tool_call>"
+
+
+class Scripted:
+    """A policy whose replies are fixed text; it records each prompt it was given."""
+
+    def __init__(self, tok: Any, replies: list[str]):
+        self.tok, self.replies = tok, replies
+        self.prompts: list[list[int]] = []
+        self.sampled: list[list[int]] = []
+
+    def __call__(self, prompt: list[int], params: SamplingParams) -> tuple[Completion, int]:
+        self.prompts.append(list(prompt))
+        text = self.replies[min(len(self.prompts), len(self.replies)) - 1]
+        ids = self.tok.encode(text, add_special_tokens=False) + [self.tok.convert_tokens_to_ids("<|im_end|>")]
+        self.sampled.append(ids)
+        return Completion(ids, [-0.25] * len(ids), "stop"), 5
+
+
+def test_tool_calls_are_read_and_every_sloppy_one_gets_a_reason() -> None:
+    got = parse_calls(
+        call("read_file", path="a.py")
+        + '<tool_call>{"name": "shell", "arguments": {"command": </tool_call>'
+        + call("rm_rf")
+        + call("write_file", path="a.py")
+        + call("shell", command=3)
+        + call("shell", command="ls", cwd="/")
+        + '<tool_call>{"name": "shell", "arguments": "{\\"command\\": \\"ls\\"}"}</tool_call>'
+        + "<tool_call>[1, 2]</tool_call>",
+        TOOLS,
+        max_calls=10,
+    )
+    assert [c.failure for c in got] == [
+        "",
+        "malformed-call",
+        "unknown-tool",
+        "bad-arguments",
+        "bad-arguments",
+        "bad-arguments",
+        "",  # arguments as a JSON string, as some templates write them
+        "malformed-call",
+    ]
+    assert got[0].arguments == {"path": "a.py"} and got[6].arguments == {"command": "ls"}
+    assert "content" in got[3].detail and "string" in got[4].detail and "cwd" in got[5].detail
+    assert [c.failure for c in parse_calls("I think the answer is 4.", TOOLS, 4)] == ["no-call"]
+    assert len(parse_calls(call("submit") * 9, TOOLS, max_calls=4)) == 4  # later calls are ignored
+
+
+def test_a_workspace_episode_with_tools_fixes_the_bug_and_trains_on_exactly_the_sampled_ids(tok: Any) -> None:
+    policy = Scripted(
+        tok,
+        [
+            "Let me look. " + call("read_file", path="textkit/slug.py"),
+            call("shell", command="python3 tests/test_slug.py"),
+            call("write_file", path="textkit/slug.py", content=SLUG_FIX),
+            call("shell", command="python3 tests/test_slug.py"),
+            call("submit"),
+        ],
+    )
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = run_episode(SLUG, AgentConfig(max_turns=8), policy, tok, sb, verifier, 4096, seed=1)
+    assert ep.end == "submitted" and ep.turns == 5 and ep.tool_calls == 5 and not ep.tool_failures
+    assert ep.verdict.passed and ep.verdict.reward == 1.0
+    assert "+    return '-'.join(re.findall" in ep.completion  # the answer as a diff of the work dir
+    a = ep.trajectory.arrays()
+    mask = a["loss_mask"] == 1
+    assert a["tokens"][mask].tolist() == [t for ids in policy.sampled for t in ids]  # trained ids == sampled ids
+    assert set(a["versions"][mask].tolist()) == {5} and set(a["versions"][~mask].tolist()) == {-1}
+    tokens = a["tokens"].tolist()
+    for prompt, ids in zip(policy.prompts, policy.sampled, strict=True):  # each turn extends what was sampled
+        assert tokens[: len(prompt)] == prompt and tokens[len(prompt) : len(prompt) + len(ids)] == ids
+    context = tok.decode(a["tokens"][~mask])
+    assert "FAIL test_slugify_2" in context and "PASS test_slugify_3" in context  # the tools' results, masked
+    assert "<tool_call>" in context  # the tools are described in the system message (no tools in this template)
+
+
+def test_hostile_and_sloppy_tool_calls_become_observations_with_their_reasons(tok: Any) -> None:
+    policy = Scripted(
+        tok,
+        [
+            '<tool_call>{"name": "shell", "arguments": {"command": </tool_call>' + call("nope"),
+            call("write_file", path="textkit") + "no call here either",
+            "I will not call a tool.",
+            call("shell", command="python3 -c \"print('x' * 200000)\""),
+            call("shell", command="sleep 60"),
+            call("write_file", path="../../etc/passwd", content="x")
+            + call("write_file", path="/etc/hosts", content="x")
+            + call("read_file", path="/etc/shadow"),
+            call("shell", command="ln -s /etc link") + call("write_file", path="link/evil", content="x"),
+            call("write_file", path="textkit/slug.py", content=SLUG_FIX) + call("submit"),
+        ],
+    )
+    cfg = AgentConfig(max_turns=10, run_s=1.0, observation_tokens=200)
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = run_episode(SLUG, cfg, policy, tok, sb, verifier, 8192, seed=1)
+    f = ep.tool_failures
+    assert f["malformed-call"] == 1 and f["unknown-tool"] == 1 and f["bad-arguments"] == 1 and f["no-call"] == 1
+    assert f["output-cut"] == 1 and f["call-timeout"] == 1 and f["outside-workspace"] == 4, f
+    assert set(f) <= set(TOOL_FAILURES)
+    assert ep.end == "submitted" and ep.turns == 8 and ep.verdict.passed  # the episode went on to the end
+    context = tok.decode(np.asarray(ep.trajectory.tokens)[np.asarray(ep.trajectory.loss_mask) == 0])
+    assert "(cut)" in context and "per-call limit" in context and "outside the workspace" in context
+    assert "root:" not in context  # nothing of /etc/shadow came back
+    assert ep.timings["execute_s"] < 30  # the hanging command was cut at its 1 s limit
+
+
+@pytest.mark.parametrize(
+    ("what", "files"),
+    [
+        ("an edited visible test", {"tests/test_slug.py": "def test_nothing():\n    pass\n"}),
+        ("a planted reward file", {"reward.txt": "1\n", "logs/verifier/reward.json": '{"reward": 1}'}),
+        ("a conftest.py", {"conftest.py": "import os\nos._exit(0)\n", "tests/conftest.py": "raise SystemExit\n"}),
+        ("a pytest.ini", {"pytest.ini": "[pytest]\naddopts = -p no:python\n"}),
+        ("a sitecustomize.py", {"sitecustomize.py": "import os\nos._exit(0)\n", "usercustomize.py": "x = 1\n"}),
+        ("a stdlib module shadowed", {"json.py": "def dumps(*a, **k):\n    return '{}'\n", "ast.py": "x = 1\n"}),
+        ("a forged result line", {"textkit/forge.py": FORGE}),
+    ],
+)
+def test_nothing_the_policy_writes_changes_the_grading(what: str, files: dict[str, str]) -> None:
+    """The buggy package with each tampering still fails; the fixed one with
+    the same tampering still passes: the grade is the code's."""
+    buggy = {**SLUG.files, **files}
+    fixed = {**buggy, "textkit/slug.py": SLUG_FIX}
+    if "textkit/forge.py" in files:  # the module prints a forged result line when the grader imports it
+        buggy["textkit/slug.py"] = "import textkit.forge  # noqa: F401\n" + buggy["textkit/slug.py"]
+        fixed["textkit/slug.py"] = "import textkit.forge  # noqa: F401\n" + SLUG_FIX
+    with Verifier(VerifyConfig(parallel=1)) as verifier:
+        bad = verifier.verify(SLUG, "", final_files=buggy)
+        good = verifier.verify(SLUG, "", final_files=fixed)
+    assert not bad.passed and bad.reward == 0.0, (what, bad)
+    assert good.passed and good.reward == 1.0, (what, good)
+
+
+def test_every_shipped_workspace_task_validates(tmp_path: Path) -> None:
+    """Reference passes (three runs agree), the untouched files and the emptied
+    fix fail, no duplicates: the 42 tasks of `sarl tasks generate --family workspace`."""
+    from rl.validation.report import validate
+
+    tasks = list(WORKSPACES.values())
+    assert len(tasks) >= 30 and {t.metadata["family"] for t in tasks} == {
+        "workspace-fix",
+        "workspace-implement",
+        "workspace-make-pass",
+    }
+    with Verifier(VerifyConfig(parallel=2)) as verifier:
+        reports = validate(tasks, verifier, repeats=3)
+        untouched = [verifier.verify(t, "", final_files=t.files) for t in tasks]
+    assert [r.problems for r in reports if not r.ok] == []
+    assert all(r.cases >= 5 for r in reports)
+    assert all(v.reward == 0.0 and not v.passed for v in untouched)  # doing nothing earns nothing
+    broken = tasks[0].model_copy(update={"reference": json.dumps({"tests/test_slug.py": "x"})})
+    with Verifier(VerifyConfig(parallel=1)) as verifier:
+        [report] = validate([broken], verifier, repeats=1)
+    assert not report.ok and "not tests/" in report.problems[0]
+
+
+# ------------------------------------------------------------ your own environment
+CALC = Task(
+    task_id="calc/1",
+    prompt="A box holds 12 eggs. How many eggs are in 7 boxes?",
+    entry_point="answer",
+    tests="84",
+    environment="examples.calculator_env:CalculatorEnv",
+)
+
+
+@pytest.fixture
+def on_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.syspath_prepend(str(ROOT))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return tmp_path
+
+
+def test_the_example_environment_plays_through_the_same_loop(tok: Any, on_path: Path) -> None:
+    policy = Scripted(tok, [call("calc", expression="12 * 7"), call("answer", value=84)])
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = run_episode(CALC, AgentConfig(max_turns=4), policy, tok, sb, verifier, 2048, seed=0)
+        assert ep.end == "submitted" and ep.verdict.reward == 1.0 and ep.verdict.passed
+        assert "12 * 7 = 84" in tok.decode(policy.prompts[1])
+        wrong = Scripted(tok, [call("answer", value=85)])
+        ep = run_episode(CALC, AgentConfig(max_turns=4), wrong, tok, sb, verifier, 2048, seed=0)
+        assert ep.verdict.reward == 0.0 and not ep.verdict.passed
+    # the config names it for every task, whatever the task says
+    cfg = AgentConfig(environment="examples.calculator_env:CalculatorEnv")
+    assert cfg.environment.endswith(":CalculatorEnv")
+
+
+def _module(folder: Path, name: str, body: str) -> str:
+    (folder / f"{name}.py").write_text(textwrap.dedent(body))
+    sys.modules.pop(name, None)
+    return name
+
+
+@pytest.mark.parametrize(
+    ("spec", "body", "words"),
+    [
+        ("no_such_module_xyz:Env", None, "cannot be imported"),
+        ("{m}:Missing", "class Env:\n    pass\n", "has no class 'Missing'"),
+        (
+            "{m}:Env",
+            """
+            class Env:
+                def __init__(self, ctx): pass
+                def reset(self, task): pass
+                def step(self, reply): pass
+                def final(self): pass
+                def verify(self, final): pass
+            """,
+            "Env.step must take (self, reply, last)",
+        ),
+        ("{m}:Env", "class Env:\n    def __init__(self, ctx):\n        pass\n", "has no method reset(task)"),
+        ("{m}:Env", "raise RuntimeError('broken at import')\n", "raised RuntimeError: broken at import"),
+        ("not a spec", None, "neither a built-in environment"),
+    ],
+)
+def test_a_bad_environment_is_refused_when_the_config_is_read(
+    on_path: Path, spec: str, body: str | None, words: str
+) -> None:
+    if body is not None:
+        spec = spec.format(m=_module(on_path, f"env_{abs(hash(body)) % 10**8}", body))
+    with pytest.raises(ValidationError) as e:
+        AgentConfig(environment=spec)
+    assert "environment" in str(e.value) and words in str(e.value), str(e.value)
+
+
+def test_a_submit_with_a_bad_environment_submits_nothing(workdir: Path) -> None:
+    from conftest import sarl, write_config
+
+    cfg = write_config(
+        workdir,
+        '[run]\nname = "badenv"\n[rollout]\ntasks_file = "t.jsonl"\n'
+        '[rollout.agent]\nenvironment = "nosuch_env_mod:Env"\n',
+    )
+    out = sarl("submit", str(cfg), "--cluster", "local", cwd=workdir, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "rollout.agent.environment" in out.stderr and "nosuch_env_mod" in out.stderr
+    assert not (workdir / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    ("method", "body", "words"),
+    [
+        ("step", "def step(self, reply, last):\n        return 1 / 0\n", "step raised ZeroDivisionError"),
+        ("verify", "def verify(self, final):\n        return {'tests': 2.0}\n", "a number in [0, 1]"),
+        ("verify", "def verify(self, final):\n        return {'vibes': 1.0}\n", "unknown check"),
+        ("final", "def final(self):\n        return 'answer'\n", "not a Final"),
+    ],
+)
+def test_an_environment_that_fails_is_an_infrastructure_failure_not_a_reward(
+    tok: Any, on_path: Path, method: str, body: str, words: str
+) -> None:
+    """An environment's error never becomes a reward of 0 to train on: the
+    episode raises EnvironmentFailed, which the rollout worker records as
+    the group's reason for being given up (rl.rollout.worker)."""
+    name = _module(
+        on_path,
+        f"failing_env_{method}_{abs(hash(body)) % 10**6}",
+        "from examples.calculator_env import CalculatorEnv\n\n\nclass Env(CalculatorEnv):\n    " + body,
+    )
+    task = CALC.model_copy(update={"environment": f"{name}:Env"})
+    policy = Scripted(tok, [call("answer", value=84)])
+    with (
+        open_sandbox() as sb,
+        Verifier(VerifyConfig(parallel=1)) as verifier,
+        pytest.raises(EnvironmentFailed) as e,
+    ):
+        run_episode(task, AgentConfig(max_turns=2), policy, tok, sb, verifier, 2048, seed=0)
+    assert words in str(e.value), str(e.value)
+
+
+@pytest.mark.slow
+def test_a_real_policy_plays_workspace_episodes(tok: Any) -> None:
+    """SmolLM2 itself (HF engine) on two workspace tasks: whatever it writes,
+    the episode runs to its end, every reply is read as calls or a reason,
+    and the trained ids are exactly the sampled ones."""
+    from rl.engine import make_engine
+    from rl.engine.config import HFEngineConfig
+
+    engine = make_engine(HFEngineConfig(max_model_len=4096), ModelConfig(dtype="float32"))
+    sampled: list[list[int]] = []
+
+    def generate(prompt: list[int], params: SamplingParams) -> tuple[Any, int]:
+        [[c]] = engine.generate([prompt], params)
+        sampled.append(list(c.token_ids))
+        return c, 2
+
+    cfg = AgentConfig(max_turns=3, max_tokens=96, temperature=1.0)
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        for k, tid in enumerate(["workspace/numkit.stats/fix", "workspace/roman.numerals/implement"]):
+            sampled.clear()
+            ep = run_episode(WORKSPACES[tid], cfg, generate, tok, sb, verifier, 4096, seed=10 + k)
+            sb.reset()
+            a = ep.trajectory.arrays()
+            assert a["tokens"][a["loss_mask"] == 1].tolist() == [t for ids in sampled for t in ids]
+            assert ep.turns == len(sampled) and ep.end in ("submitted", "max-turns", "token-budget")
+            assert ep.tool_calls >= ep.turns and sum(ep.tool_failures.values()) <= ep.tool_calls
+            assert ep.verdict is not None and 0.0 <= ep.verdict.reward <= 1.0
