@@ -54,6 +54,12 @@ def add_commands(sub: Any) -> None:
     )
     b.add_argument("--groups", type=int, nargs=2, metavar=("C1", "C8"), help="groups of 4 to play at each concurrency")
     b.add_argument("--max-tokens", type=int, default=None, help="tokens per reply (default: 96 quick, 160)")
+    b.add_argument(
+        "--env",
+        choices=["function", "workspace"],
+        default="function",
+        help="function: HumanEval, 2 turns; workspace: the generated workspace tasks with tools, 4 turns",
+    )
     b = bench(
         "learner",
         "training tokens/s of the DeepSpeed learner vs a plain PyTorch loop on SmolLM2-135M; peak memory",

@@ -74,6 +74,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"version {summary['version']} on {summary['tasks']} tasks of {args.tasks}, {args.n} sample(s) each ({how})")
     for k in ks:
         print(f"  pass@{k} = {summary[f'pass@{k}']:.3f} +- {summary[f'se@{k}']:.3f} (standard error)")
+    if "tool_valid_share" in summary:
+        print(
+            f"  tool calls: {summary['tool_calls_per_sample']} per sample, "
+            f"{summary['tool_valid_share']:.1%} of them valid"
+        )
     if summary["failures"]:
         print("  failures: " + ", ".join(f"{why} {n}" for why, n in summary["failures"].items()))
     print(f"  results: {summary['folder']}")

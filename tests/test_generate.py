@@ -561,6 +561,21 @@ def test_generator_role_local_reloads_weights_and_survives_a_killed_generator(
         reply = json.loads(out.stdout)
         assert reply["version"] == 1 and reply["token_ids"] == after.outputs[0][0].token_ids and reply["text"]
 
+        # one whole episode with the agent and environment rollouts use (a workspace, with tools)
+        from rl.tasks.format import write_tasks
+        from rl.tasks.workspaces import workspace_tasks
+
+        write_tasks(workdir / "ws.jsonl", workspace_tasks()[:1])
+        task = f"{workdir / 'ws.jsonl'}:{workspace_tasks()[0].task_id}"
+        out = sarl("generate", str(run_dir), "--task", task, "--max-tokens", "16", "--json", cwd=workdir)
+        ep = json.loads(out.stdout)
+        assert ep["version"] == 1 and 1 <= ep["turns"] <= 3 and ep["end"] in ("max-turns", "submitted", "token-budget")
+        assert len(ep["token_ids"]) == len(ep["loss_mask"]) and 0 < sum(ep["loss_mask"]) <= 16 * ep["turns"]
+        assert "read_file" in ep["transcript"] and ep["tool_calls"] >= ep["turns"]  # the tools were offered
+        assert 0.0 <= ep["reward"] <= 1.0
+        both_ways = sarl("generate", str(run_dir), "hi", "--task", task, cwd=workdir, check=False)
+        assert both_ways.returncode == 2 and "one of them" in both_ways.stderr
+
         victim = next(e for e in eps if e.task == 0)
         pid = json.loads((run_dir / "endpoints" / "generator-000000.json").read_text())["pid"]
         os.kill(pid, signal.SIGKILL)

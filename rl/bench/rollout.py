@@ -30,6 +30,9 @@ from typing import Any
 
 from rl.config import validate_config
 
+ENVS = {"function": (2, 2048), "workspace": (4, 4096)}
+"""Turns per episode and model length of each environment measured."""
+
 
 def _config(
     root: Path,
@@ -40,12 +43,14 @@ def _config(
     max_tokens: int,
     dtype: str,
     group_request: bool,
+    env: str = "function",
 ) -> Any:
+    turns, max_len = ENVS[env]
     raw = {
         "run": {"name": name, "root": str(root), "seed": 1},
         "executor": {"type": "local"},
         "model": {"dtype": dtype},
-        "generator": {"engine": {"type": "vllm", "max_model_len": 2048}},
+        "generator": {"engine": {"type": "vllm", "max_model_len": max_len}},
         "rollout": {
             "tasks_file": str(tasks_file),
             "groups": groups,
@@ -53,7 +58,7 @@ def _config(
             "concurrency": concurrency,
             "batch_groups": 2,
             "group_request": group_request,
-            "agent": {"max_turns": 2, "max_tokens": max_tokens, "temperature": 0.8},
+            "agent": {"max_turns": turns, "max_tokens": max_tokens, "temperature": 0.8},
         },
     }
     return validate_config(raw, "bench rollout", cluster="local", base_dir=root)
@@ -95,6 +100,7 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     from rl.engine import make_engine
     from rl.tasks.format import write_tasks
     from rl.tasks.importers import import_humaneval
+    from rl.tasks.workspaces import workspace_tasks
 
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the figures
@@ -103,12 +109,14 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         groups = {1: args.groups[0], 8: args.groups[1]}
     max_tokens = args.max_tokens or (96 if args.quick else 160)
     bar = tqdm(total=4, desc="bench rollout", file=sys.stderr)
-    r: dict[str, Any] = {"dtype": args.dtype, "max_tokens": max_tokens, "group_size": 4, "max_turns": 2}
+    env = getattr(args, "env", "function")
+    turns = ENVS[env][0]
+    r: dict[str, Any] = {"dtype": args.dtype, "max_tokens": max_tokens, "group_size": 4, "max_turns": turns, "env": env}
     with tempfile.TemporaryDirectory(prefix="sarl-bench-rollout-") as tmp:
         root = Path(tmp)
         tasks_file = root / "tasks.jsonl"
-        write_tasks(tasks_file, import_humaneval()[:40])
-        cfg0 = _config(root, "c1", tasks_file, groups[1], 1, max_tokens, args.dtype, True)
+        write_tasks(tasks_file, workspace_tasks() if env == "workspace" else import_humaneval()[:40])
+        cfg0 = _config(root, "c1", tasks_file, groups[1], 1, max_tokens, args.dtype, True, env)
         assert cfg0.generator is not None
         t0 = time.perf_counter()
         engine = make_engine(cfg0.generator.engine, cfg0.model)
@@ -116,7 +124,7 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         bar.update()
         # concurrency 1, then 8 with a request per episode (the baseline of the group request), then 8
         for c, key, group_request in ((1, "_c1", True), (8, "_alone", False), (8, "", True)):
-            cfg = _config(root, f"c{c}{key}", tasks_file, groups[c], c, max_tokens, args.dtype, group_request)
+            cfg = _config(root, f"c{c}{key}", tasks_file, groups[c], c, max_tokens, args.dtype, group_request, env)
             r.update({k + key: v for k, v in _measure(engine, cfg, c).items()})
             bar.update()
         engine.close()
@@ -124,8 +132,8 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     r["speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_c1"], 2)
     r["group_request_speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_alone"], 2)
     lines = [
-        f"rollout: HumanEval, SmolLM2-135M-Instruct on vLLM (CPU, {args.dtype}), group size 4, up to 2 turns of "
-        f"{max_tokens} tokens",
+        f"rollout: {'workspace tasks with tools' if env == 'workspace' else 'HumanEval'}, SmolLM2-135M-Instruct on "
+        f"vLLM (CPU, {args.dtype}), group size 4, up to {turns} turns of {max_tokens} tokens",
         f"  concurrency 8   {r['episodes_per_s']:.3f} episodes/s  ({r['episodes']} in {r['wall_s']} s), "
         f"generator busy {r['generator_busy']:.0%}",
         f"  concurrency 1   {r['episodes_per_s_c1']:.3f} episodes/s  ({r['episodes_c1']} in {r['wall_s_c1']} s), "
@@ -134,7 +142,8 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         f"  concurrency 8, a request per episode (rollout.group_request = false): {r['episodes_per_s_alone']:.3f} "
         f"episodes/s ({r['episodes_alone']} in {r['wall_s_alone']} s); one request per group's first replies: "
         f"{r['group_request_speedup']}x",
-        f"  time shares at concurrency 8: generate {r['generate_share']:.0%}, execute {r['execute_share']:.0%}, "
+        f"  time shares at concurrency 8: generate {r['generate_share']:.0%}, execute "
+        f"{r['execute_share']:.0%}{' (the tools)' if env == 'workspace' else ''}, "
         f"verify {r['verify_share']:.0%} (target < 5%)",
         f"  time shares at concurrency 1: generate {r['generate_share_c1']:.0%}, execute "
         f"{r['execute_share_c1']:.0%}, verify {r['verify_share_c1']:.0%}",

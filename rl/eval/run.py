@@ -238,6 +238,28 @@ def evaluate(
         return play(ctx, plan, p, progress)
 
 
+def one_episode(ctx: RunContext, agent: AgentConfig, task: Task, client: Any, max_len: int) -> tuple[Any, int]:
+    """One episode of `task` through the run's live generators (`sarl
+    generate --task`): the same loop, agent and environment as rollouts and
+    evaluation. Returns the Episode and the weight version that answered."""
+    from rl.model import checkpoint, load_tokenizer
+    from rl.rollout.episode import run_episode
+    from rl.verify.verifier import Verifier
+    from sandboxes import open_sandbox
+
+    versions: list[int] = []
+
+    def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
+        r = client.generate([prompt], params)
+        versions.append(r.version)
+        return r.outputs[0][0], r.version
+
+    tokenizer = load_tokenizer(checkpoint(ctx.model))
+    with open_sandbox(ctx.sandbox) as sb, Verifier(ctx.verify, sandbox=ctx.sandbox) as verifier:
+        ep = run_episode(task, agent, generate, tokenizer, sb, verifier, max_len, None, eval_seed(task.task_id, 0))
+    return ep, max(versions, default=-1)
+
+
 def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], None] | None = None) -> dict[str, Any]:
     """n episodes of each task against `policy`; the results and summary
     written under RUN_DIR/eval/."""
