@@ -26,9 +26,15 @@ def add_commands(sub: Any) -> None:
         default="all",
         help="a family, or a group: all (default), classic (11 families of few templates each), composed "
         "(programs composed of small operations: thousands of templates), workspace (42 packages to fix, "
-        "implement or make pass with tools); `--family list` lists them",
+        "implement or make pass with tools), sql (111 questions over 3 SQLite databases, -n up to 111); "
+        "`--family list` lists them",
     )
-    s.add_argument("-n", type=int, default=100, help="tasks to write (round-robin over families and levels)")
+    s.add_argument(
+        "-n",
+        type=int,
+        default=None,
+        help="tasks to write (round-robin over families and levels; default 100, and every task of workspace and sql)",
+    )
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--difficulty", type=int, choices=(1, 2, 3), help="only this level (default: all three)")
     s.add_argument("-o", "--output", type=Path, default=Path("generated.jsonl"))
@@ -95,12 +101,13 @@ def generate(args: argparse.Namespace) -> int:
     from rl.tasks.format import write_tasks
     from rl.tasks.synthesis import synthesize
 
-    if args.family == "workspace":
+    if args.family in ("workspace", "sql"):
+        from rl.tasks.sql import sql_tasks
         from rl.tasks.workspaces import workspace_tasks
 
-        tasks = workspace_tasks()[: args.n]
+        tasks = (workspace_tasks() if args.family == "workspace" else sql_tasks(args.seed))[: args.n]
         write_tasks(args.output, tasks)
-        print(f"wrote {len(tasks)} workspace tasks to {args.output}", file=sys.stderr)
+        print(f"wrote {len(tasks)} {args.family} tasks to {args.output}", file=sys.stderr)
         return 0
     if args.family == "list":
         from rl.tasks.families import GROUPS
@@ -110,7 +117,7 @@ def generate(args: argparse.Namespace) -> int:
         for g, names in GROUPS.items():
             print(f"{g:16} group: {', '.join(names)}")
         return 0
-    tasks = synthesize(args.family, args.n, args.seed, args.difficulty)
+    tasks = synthesize(args.family, args.n or 100, args.seed, args.difficulty)
     write_tasks(args.output, tasks)
     print(f"wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
     return 0

@@ -345,3 +345,60 @@ def test_a_real_policy_plays_workspace_episodes(tok: Any) -> None:
             assert ep.turns == len(sampled) and ep.end in ("submitted", "max-turns", "token-budget")
             assert ep.tool_calls >= ep.turns and sum(ep.tool_failures.values()) <= ep.tool_calls
             assert ep.verdict is not None and 0.0 <= ep.verdict.reward <= 1.0
+
+
+# ------------------------------------------------------------------ SQL
+def test_an_sql_episode_explores_read_only_then_is_graded_on_the_rows_of_its_answer(tok: Any) -> None:
+    from rl.tasks.sql import sql_tasks
+
+    tasks = {t.task_id: t for t in sql_tasks()}
+    task = next(t for t in tasks.values() if t.metadata["template"] == "sql/shop/buyers-of")
+    category = task.task_id.rsplit("/", 1)[1]
+    same_rows = (  # another query with the same rows, in another order, with other column names
+        "SELECT c.name AS who FROM customers c WHERE c.id IN (SELECT o.customer_id FROM orders o JOIN products p "
+        f"ON p.id = o.product_id WHERE p.category = '{category}') GROUP BY c.name ORDER BY c.name DESC"
+    )
+    policy = Scripted(
+        tok,
+        [
+            call("sql", query="SELECT name FROM sqlite_master WHERE type = 'table'"),
+            call("sql", query="DELETE FROM orders") + call("sql", query="ATTACH DATABASE '/sandbox/x.db' AS x"),
+            call("sql", query="WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) SELECT COUNT(*) FROM c"),
+            call("sql", query="SELECT * FROM orders"),
+            call("answer", query=same_rows),
+        ],
+    )
+    cfg = AgentConfig(max_turns=6, run_s=5.0, observation_tokens=256)
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = run_episode(task, cfg, policy, tok, sb, verifier, 8192, seed=0)
+        seen = [tok.decode(p) for p in policy.prompts]
+        assert "customers" in seen[1] and "orders" in seen[1]  # the tables were listed
+        assert seen[2].count("not authorized") == 2  # no change, no attached file
+        assert "ran past its time limit" in seen[3]
+        assert "more than 20 rows" in seen[4]
+        assert ep.end == "submitted" and ep.verdict.passed and ep.verdict.reward == 1.0, ep.verdict
+        assert ep.tool_failures["call-timeout"] == 1
+        wrong = verifier.verify(task, "SELECT name FROM customers")
+        assert not wrong.passed and wrong.reward == 0.0 and "rows" in wrong.failure
+        ordered = next(t for t in tasks.values() if t.metadata["template"] == "sql/shop/top-price")
+        flipped = f"SELECT * FROM ({ordered.reference}) ORDER BY price ASC"
+        assert verifier.verify(ordered, ordered.reference).passed
+        assert not verifier.verify(ordered, flipped).passed  # the question asks for an order: it counts
+        assert not verifier.verify(task, "SELECT 1; DROP TABLE customers").passed
+
+
+def test_every_shipped_sql_task_validates() -> None:
+    """111 questions over 3 databases at 3 levels: the reference passes three
+    times alike, no answer that knows nothing of the data passes, no duplicates."""
+    from collections import Counter
+
+    from rl.tasks.sql import sql_tasks
+    from rl.validation.report import validate
+
+    tasks = sql_tasks()
+    assert len(tasks) >= 100
+    assert Counter(t.metadata["difficulty"] for t in tasks).keys() == {1, 2, 3}
+    assert len({t.metadata["family"] for t in tasks}) == 3
+    with Verifier(VerifyConfig(parallel=2)) as verifier:
+        reports = validate(tasks, verifier, repeats=2)
+    assert [r.problems for r in reports if not r.ok] == []

@@ -25,6 +25,7 @@ from rl.schema import Section
 BUILTIN_ENVIRONMENTS = {
     "function": "rl.agent.function:FunctionEnv",
     "workspace": "rl.agent.workspace:WorkspaceEnv",
+    "sql": "rl.agent.sql:SQLEnv",
 }
 """The built-in kinds, by the name a task or config gives."""
 
@@ -116,7 +117,7 @@ class AgentConfig(Section):
     """Tool calls of one reply that are run; later ones are ignored."""
     environment: str = ""
     """The environment that plays every task: a built-in kind (`function`,
-    `workspace`) or your own `module:Class` (docs/environments.md). Empty:
+    `workspace`, `sql`) or your own `module:Class` (docs/environments.md). Empty:
     each task's own `environment`."""
 
     @field_validator("environment")

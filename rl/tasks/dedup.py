@@ -84,7 +84,7 @@ def duplicates(tasks: list[Task], threshold: float = 0.8) -> dict[str, str]:
             out[t.task_id] = f"duplicate of {exact[key]}"
             continue
         exact[key] = t.task_id
-        sig = minhash(t.prompt + "\n" + "\n".join(t.files[p] for p in sorted(t.files)) + "\n" + t.tests)
+        sig = minhash(t.prompt + "\n" + t.tests)  # what is asked and checked; shared files (a database) are not
         variant = t.metadata.get("template") if t.test_format == "workspace" else None
         for other, osig, ovariant in sigs:
             if variant and variant == ovariant:

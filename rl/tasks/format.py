@@ -15,6 +15,11 @@ Test formats:
              `tests/` are the task's own, put back before grading. The
              reference is the files the fix changes, as a JSON object
              {path: new content} (a whole-file patch).
+  sql        `tests` is {"reference": SQL, "ordered": bool}; `files` holds
+             `data.sql`, the script that builds the SQLite database. An
+             answer is a query, right when its rows equal the reference
+             query's (as a multiset unless `ordered`). The reference is the
+             reference query.
 """
 
 from __future__ import annotations
@@ -74,11 +79,12 @@ class Task(BaseModel):
     """Name of the function the tests call."""
     tests: str = Field(min_length=1)
     """Test code (never shown to the policy); format given by `test_format`."""
-    test_format: Literal["humaneval", "workspace"] = "humaneval"
+    test_format: Literal["humaneval", "workspace", "sql"] = "humaneval"
     """How `tests` is run (see the module docstring)."""
-    environment: str = Field("function", pattern=r"^(function|workspace|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    environment: str = Field("function", pattern=r"^(function|workspace|sql|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
     """The environment that plays the task: `function` (write one function),
-    `workspace` (files and tools), or a `module:Class` (docs/environments.md)."""
+    `workspace` (files and tools), `sql` (questions over a database), or a
+    `module:Class` (docs/environments.md)."""
     reference: str = ""
     """A reference completion that passes every test (validation uses it)."""
     files: dict[str, str] = Field(default_factory=dict)

@@ -30,6 +30,10 @@ TRIVIAL = (
 )
 
 
+TRIVIAL_SQL = ("", "SELECT 1", "SELECT 0", "SELECT NULL", "SELECT 1 WHERE 0")
+"""Answers to an SQL question that know nothing of the database."""
+
+
 @dataclass
 class TaskReport:
     task_id: str
@@ -97,6 +101,8 @@ def answers(task: Task) -> tuple[Answer, list[tuple[str, Answer]]]:
     """The reference as an answer, and the trivial answers that must fail.
     A workspace's reference is a whole-file patch, {path: new content}; its
     trivial answers are the files untouched and the patched files emptied."""
+    if task.test_format == "sql":
+        return (task.reference, None), [(repr(q), (q, None)) for q in TRIVIAL_SQL]
     if task.test_format != "workspace":
         return (task.reference, None), [(repr(t.strip()), (t, None)) for t in TRIVIAL]
     try:

@@ -45,6 +45,21 @@ from rl.verify.config import CHECKS, VerifyConfig
 from sandboxes.config import Limits, SandboxConfig
 
 RUNNER = (Path(__file__).with_name("runner.py")).read_text()
+SQL_RUNNER = (Path(__file__).with_name("sql_runner.py")).read_text()
+SQL_MARKER = "@@SARL-SQL@@"
+SQL_SCRIPT = "data.sql"
+"""The file of an SQL task that builds its database."""
+
+
+def sql_spec(task: Task) -> dict[str, Any]:
+    """An SQL task's hidden check: its reference query and whether the order of rows counts."""
+    try:
+        spec = json.loads(task.tests)
+    except ValueError:
+        spec = None
+    if not isinstance(spec, dict) or not isinstance(spec.get("reference"), str):
+        raise ValueError('tests: an sql task\'s tests are {"reference": SQL, "ordered": true|false}')
+    return {"reference": spec["reference"], "ordered": bool(spec.get("ordered", False))}
 
 
 @dataclass
@@ -131,6 +146,8 @@ class Verifier:
             return verdict
 
     def _verify(self, task: Task, completion: str, final_files: dict[str, str] | None, t0: float) -> Verdict:
+        if task.test_format == "sql":
+            return self._verify_sql(task, completion, t0)
         if task.test_format == "workspace":
             # the final work dir is the answer; its tests/ are the task's again
             final_files = graded_workspace(task, final_files)
@@ -187,6 +204,69 @@ class Verifier:
         )
         self._log(verdict)
         return verdict
+
+    def _verify_sql(self, task: Task, query: str, t0: float) -> Verdict:
+        """An answer query against the reference query, on a fresh build of
+        the task's database in a fresh sandbox: the same rows (in the same
+        order where the question asks for one) pass."""
+        spec = sql_spec(task)
+        params = {"op": "grade", "script": task.files.get(SQL_SCRIPT, ""), "answer": query, **spec}
+        got = self.run_sql(params, Limits(wall_s=task.limits.wall_s, memory_mb=task.limits.memory_mb))
+        ok = bool(got.get("ok"))
+        limit = got.get("limit")
+        checks: dict[str, float | None] = dict.fromkeys(CHECKS)
+        duration = float(got.get("duration_s", 0.0))
+        checks.update(
+            tests=1.0 if ok else 0.0,
+            stability=0.0 if (limit or "error" in got) else 1.0,
+            security=1.0,
+            efficiency=efficiency_score(duration, task.limits.wall_s, limit),
+        )
+        failure = "" if ok else (got.get("why") or got.get("error") or f"limit hit: {limit}")
+        verdict = Verdict(
+            task_id=task.task_id,
+            reward=aggregate(checks, self.cfg),
+            checks=checks,
+            passed=ok,
+            cases=1,
+            cases_passed=int(ok),
+            failure=failure,
+            duration_s=round(time.monotonic() - t0, 4),
+        )
+        self._log(verdict)
+        return verdict
+
+    def run_sql(self, params: dict[str, Any], limits: Limits, sandbox: Any = None) -> dict[str, Any]:
+        """The SQL runner (rl/verify/sql_runner.py) in `sandbox`, or in a fresh
+        one from the pool: its JSON result, with `limit` and `duration_s`."""
+        from sandboxes import SandboxError
+
+        own = sandbox is None
+        try:
+            sb = self.pool.take() if own else sandbox
+        except SandboxError as e:
+            return {"error": f"sandbox failed: {e}"}
+        try:
+            r = sb.run_snippet(SQL_RUNNER, limits=limits, globals={"PARAMS": params}, cache=True, reset_after=own)
+        except SandboxError as e:
+            if not own:
+                raise  # the episode's own sandbox failed: an infrastructure failure, retried
+            sb.close()
+            return {"error": f"sandbox failed: {e}"}
+        if own:
+            self.pool.give(sb, clean=True)
+        out = r.stdout.decode(errors="replace").rstrip("\n")
+        _, sep, last = out.rpartition("\n" + SQL_MARKER)
+        result: dict[str, Any] = {"limit": r.limit} if r.limit else {}
+        if sep and not r.limit:
+            try:
+                result = json.loads(last)
+            except ValueError:
+                result = {"error": "the SQL runner's result did not parse"}
+        elif not r.limit:
+            result = {"error": "the SQL runner ended without a result: " + r.stderr.decode(errors="replace")[-300:]}
+        result["duration_s"] = r.duration_s
+        return result
 
     def floor(self, task: Task) -> float:
         """The best pass rate of a constant answer, and for a workspace of

@@ -1,0 +1,483 @@
+"""SQL tasks made by sarl: questions over small SQLite databases.
+
+Three schemas (a shop, a school, a library), each filled with rows drawn
+from a fixed seed, and question templates at three levels:
+
+  1  one table: a count, a filter, a lookup
+  2  grouping, ordering, aggregates over one table
+  3  joins of two or three tables, with grouping or HAVING
+
+Each template is instantiated with a few parameters drawn from the data, so
+the answer is never empty and never a trivial constant. The reference is
+the template's query; the hidden check compares rows (rl.verify.sql_runner).
+Run `sarl tasks generate --family sql` for the 120 shipped tasks.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rl.tasks.format import Task, TaskLimits
+
+CITIES = ["Lyon", "Porto", "Oslo", "Graz", "Turin", "Ghent", "Bergen", "Malmo"]
+FIRST = ["Ana", "Ben", "Cleo", "Dan", "Eva", "Finn", "Gia", "Hugo", "Ines", "Jon", "Kira", "Leo", "Mia", "Noah", "Omar"]
+LAST = ["Silva", "Berg", "Rossi", "Meyer", "Novak", "Costa", "Lund", "Weber", "Moreau", "Haas"]
+CATEGORIES = ["books", "garden", "kitchen", "toys", "sports"]
+SUBJECTS = ["math", "physics", "history", "art", "biology"]
+GENRES = ["novel", "poetry", "science", "travel", "crime"]
+
+
+def _name(rng: random.Random) -> str:
+    return f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+
+
+def _sql(v: object) -> str:
+    return "'" + str(v).replace("'", "''") + "'" if isinstance(v, str) else str(v)
+
+
+def _script(tables: dict[str, tuple[str, list[tuple[object, ...]]]]) -> str:
+    out = []
+    for name, (create, rows) in tables.items():
+        out.append(create.strip() + ";")
+        out += [f"INSERT INTO {name} VALUES ({', '.join(_sql(v) for v in row)});" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def shop(rng: random.Random) -> str:
+    customers = [(i, _name(rng), rng.choice(CITIES), rng.randint(2015, 2024)) for i in range(1, 31)]
+    products = [
+        (i, f"{rng.choice(['red', 'big', 'tiny', 'smart', 'old'])} {c} item {i}", c, round(rng.uniform(2, 120), 2))
+        for i, c in ((i, rng.choice(CATEGORIES)) for i in range(1, 26))
+    ]
+    orders = [
+        (
+            i,
+            rng.randint(1, 30),
+            rng.randint(1, 25),
+            rng.randint(1, 5),
+            f"2024-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+        )
+        for i in range(1, 81)
+    ]
+    return _script(
+        {
+            "customers": (
+                "CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT, city TEXT, joined INTEGER)",
+                customers,
+            ),
+            "products": (
+                "CREATE TABLE products (id INTEGER PRIMARY KEY, name TEXT, category TEXT, price REAL)",
+                products,
+            ),
+            "orders": (
+                "CREATE TABLE orders (id INTEGER PRIMARY KEY, customer_id INTEGER REFERENCES customers(id), "
+                "product_id INTEGER REFERENCES products(id), quantity INTEGER, day TEXT)",
+                orders,
+            ),
+        }
+    )
+
+
+def school(rng: random.Random) -> str:
+    students = [(i, _name(rng), rng.randint(1, 4), rng.choice(CITIES)) for i in range(1, 36)]
+    courses = [(i, f"{s} {i}", s, rng.randint(2, 6)) for i, s in ((i, rng.choice(SUBJECTS)) for i in range(1, 13))]
+    seen, enrol = set(), []
+    while len(enrol) < 90:
+        pair = (rng.randint(1, 35), rng.randint(1, 12))
+        if pair not in seen:
+            seen.add(pair)
+            enrol.append((*pair, rng.randint(40, 100)))
+    return _script(
+        {
+            "students": (
+                "CREATE TABLE students (id INTEGER PRIMARY KEY, name TEXT, year INTEGER, city TEXT)",
+                students,
+            ),
+            "courses": (
+                "CREATE TABLE courses (id INTEGER PRIMARY KEY, title TEXT, subject TEXT, credits INTEGER)",
+                courses,
+            ),
+            "enrollments": (
+                "CREATE TABLE enrollments (student_id INTEGER REFERENCES students(id), "
+                "course_id INTEGER REFERENCES courses(id), grade INTEGER)",
+                enrol,
+            ),
+        }
+    )
+
+
+def library(rng: random.Random) -> str:
+    authors = [(i, _name(rng), rng.randint(1900, 1995)) for i in range(1, 16)]
+    books = [
+        (
+            i,
+            f"The {rng.choice(['Silent', 'Last', 'Blue', 'Hidden', 'Long'])} "
+            f"{rng.choice(['River', 'Door', 'Map', 'Year'])} {i}",
+            rng.randint(1, 15),
+            rng.choice(GENRES),
+            rng.randint(1950, 2023),
+            rng.randint(90, 700),
+        )
+        for i in range(1, 41)
+    ]
+    loans = [(i, rng.randint(1, 40), _name(rng), rng.randint(1, 60)) for i in range(1, 71)]
+    return _script(
+        {
+            "authors": ("CREATE TABLE authors (id INTEGER PRIMARY KEY, name TEXT, born INTEGER)", authors),
+            "books": (
+                "CREATE TABLE books (id INTEGER PRIMARY KEY, title TEXT, author_id INTEGER REFERENCES authors(id), "
+                "genre TEXT, year INTEGER, pages INTEGER)",
+                books,
+            ),
+            "loans": (
+                "CREATE TABLE loans (id INTEGER PRIMARY KEY, book_id INTEGER REFERENCES books(id), reader TEXT, "
+                "days INTEGER)",
+                loans,
+            ),
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Template:
+    key: str
+    level: int
+    question: str
+    query: str
+    params: Callable[[sqlite3.Connection], list[dict[str, object]]]
+    ordered: bool = False
+
+
+def _distinct(col: str, table: str) -> Callable[[sqlite3.Connection], list[dict[str, object]]]:
+    name = col.split(".")[-1]
+    return lambda db: [{name: r[0]} for r in db.execute(f"SELECT DISTINCT {col} FROM {table} ORDER BY 1")]
+
+
+def _values(name: str, values: list[object]) -> Callable[[sqlite3.Connection], list[dict[str, object]]]:
+    return lambda db: [{name: v} for v in values]
+
+
+NONE: Callable[[sqlite3.Connection], list[dict[str, object]]] = lambda db: [{}]  # noqa: E731
+
+TEMPLATES: dict[str, list[Template]] = {
+    "shop": [
+        Template(
+            "count-city",
+            1,
+            "How many customers live in {city}?",
+            "SELECT COUNT(*) FROM customers WHERE city = '{city}'",
+            _distinct("city", "customers"),
+        ),
+        Template(
+            "names-city",
+            1,
+            "List the names of the customers who live in {city}.",
+            "SELECT name FROM customers WHERE city = '{city}'",
+            _distinct("city", "customers"),
+        ),
+        Template(
+            "price-above",
+            1,
+            "Which products cost more than {price}? Give their names.",
+            "SELECT name FROM products WHERE price > {price}",
+            _values("price", [40, 60, 90, 100]),
+        ),
+        Template(
+            "joined-after",
+            1,
+            "How many customers joined after {year}?",
+            "SELECT COUNT(*) FROM customers WHERE joined > {year}",
+            _values("year", [2016, 2018, 2020, 2022]),
+        ),
+        Template(
+            "per-category",
+            2,
+            "For each product category, how many products are there? Give the category and the count.",
+            "SELECT category, COUNT(*) FROM products GROUP BY category",
+            NONE,
+        ),
+        Template(
+            "avg-price",
+            2,
+            "What is the average price of the products in the category {category}, rounded to 2 decimals?",
+            "SELECT ROUND(AVG(price), 2) FROM products WHERE category = '{category}'",
+            _distinct("category", "products"),
+        ),
+        Template(
+            "top-price",
+            2,
+            "List the {n} most expensive products, most expensive first: name and price.",
+            "SELECT name, price FROM products ORDER BY price DESC LIMIT {n}",
+            _values("n", [2, 3, 5]),
+            ordered=True,
+        ),
+        Template(
+            "orders-month",
+            2,
+            "How many orders were placed in month {month} of 2024 (days are 'YYYY-MM-DD')?",
+            "SELECT COUNT(*) FROM orders WHERE substr(day, 6, 2) = '{month}'",
+            _values("month", ["02", "03", "07", "11"]),
+        ),
+        Template(
+            "spent-by",
+            3,
+            "How much did customers from {city} spend in total (quantity times price), rounded to 2 decimals?",
+            "SELECT ROUND(SUM(o.quantity * p.price), 2) FROM orders o JOIN customers c ON c.id = o.customer_id"
+            " JOIN products p ON p.id = o.product_id WHERE c.city = '{city}'",
+            _values("city", ["Lyon", "Oslo", "Porto", "Graz"]),
+        ),
+        Template(
+            "buyers-of",
+            3,
+            "Which customers (names, each once) ordered a product of the category {category}?",
+            "SELECT DISTINCT c.name FROM customers c JOIN orders o ON o.customer_id = c.id"
+            " JOIN products p ON p.id = o.product_id WHERE p.category = '{category}'",
+            _distinct("category", "products"),
+        ),
+        Template(
+            "many-orders",
+            3,
+            "Which customers placed at least {k} orders? Give their names and order counts.",
+            "SELECT c.name, COUNT(*) FROM customers c JOIN orders o ON o.customer_id = c.id GROUP BY c.id"
+            " HAVING COUNT(*) >= {k}",
+            _values("k", [3, 4, 5]),
+        ),
+        Template(
+            "never-ordered",
+            3,
+            "Which products were never ordered? Give their names.",
+            "SELECT name FROM products WHERE id NOT IN (SELECT product_id FROM orders)",
+            NONE,
+        ),
+    ],
+    "school": [
+        Template(
+            "count-year",
+            1,
+            "How many students are in year {year}?",
+            "SELECT COUNT(*) FROM students WHERE year = {year}",
+            _values("year", [1, 2, 3, 4]),
+        ),
+        Template(
+            "courses-subject",
+            1,
+            "What are the titles of the {subject} courses?",
+            "SELECT title FROM courses WHERE subject = '{subject}'",
+            _distinct("subject", "courses"),
+        ),
+        Template(
+            "credits-min",
+            1,
+            "Which courses give at least {c} credits? Give their titles.",
+            "SELECT title FROM courses WHERE credits >= {c}",
+            _values("c", [3, 4, 5]),
+        ),
+        Template(
+            "students-city",
+            1,
+            "Give the names of the students from {city}.",
+            "SELECT name FROM students WHERE city = '{city}'",
+            _values("city", ["Graz", "Turin", "Ghent", "Oslo"]),
+        ),
+        Template(
+            "per-year",
+            2,
+            "How many students are in each year? Give the year and the count, by year.",
+            "SELECT year, COUNT(*) FROM students GROUP BY year ORDER BY year",
+            NONE,
+            ordered=True,
+        ),
+        Template(
+            "avg-grade-course",
+            2,
+            "What is the average grade in the course with id {cid}, rounded to 1 decimal?",
+            "SELECT ROUND(AVG(grade), 1) FROM enrollments WHERE course_id = {cid}",
+            _values("cid", [1, 4, 7, 10]),
+        ),
+        Template(
+            "top-grades",
+            2,
+            "List the {n} highest grades ever given, highest first.",
+            "SELECT grade FROM enrollments ORDER BY grade DESC LIMIT {n}",
+            _values("n", [2, 3, 5]),
+            ordered=True,
+        ),
+        Template(
+            "credits-subject",
+            2,
+            "How many credits do the {subject} courses give in total?",
+            "SELECT SUM(credits) FROM courses WHERE subject = '{subject}'",
+            _distinct("subject", "courses"),
+        ),
+        Template(
+            "enrolled-in",
+            3,
+            "Which students (names) are enrolled in a {subject} course? Each name once.",
+            "SELECT DISTINCT s.name FROM students s JOIN enrollments e ON e.student_id = s.id"
+            " JOIN courses c ON c.id = e.course_id WHERE c.subject = '{subject}'",
+            _distinct("subject", "courses"),
+        ),
+        Template(
+            "student-credits",
+            3,
+            "For each student enrolled in at least {k} courses, give the name and the total credits of those courses.",
+            "SELECT s.name, SUM(c.credits) FROM students s JOIN enrollments e ON e.student_id = s.id"
+            " JOIN courses c ON c.id = e.course_id GROUP BY s.id HAVING COUNT(*) >= {k}",
+            _values("k", [2, 3, 4]),
+        ),
+        Template(
+            "best-in-subject",
+            3,
+            "What is the highest grade any student got in a {subject} course?",
+            "SELECT MAX(e.grade) FROM enrollments e JOIN courses c ON c.id = e.course_id WHERE c.subject = '{subject}'",
+            _values("subject", ["math", "art", "history"]),
+        ),
+        Template(
+            "no-enrollment",
+            3,
+            "Which students are not enrolled in any course? Give their names.",
+            "SELECT name FROM students WHERE id NOT IN (SELECT student_id FROM enrollments)",
+            NONE,
+        ),
+    ],
+    "library": [
+        Template(
+            "count-genre",
+            1,
+            "How many books of the genre {genre} does the library have?",
+            "SELECT COUNT(*) FROM books WHERE genre = '{genre}'",
+            _distinct("genre", "books"),
+        ),
+        Template(
+            "books-after",
+            1,
+            "Which books were published after {year}? Give their titles.",
+            "SELECT title FROM books WHERE year > {year}",
+            _values("year", [2010, 2015, 2020]),
+        ),
+        Template(
+            "long-books",
+            1,
+            "How many books have more than {p} pages?",
+            "SELECT COUNT(*) FROM books WHERE pages > {p}",
+            _values("p", [200, 300, 500]),
+        ),
+        Template(
+            "authors-born",
+            1,
+            "Which authors were born before {year}? Give their names.",
+            "SELECT name FROM authors WHERE born < {year}",
+            _values("year", [1930, 1950, 1970]),
+        ),
+        Template(
+            "per-genre",
+            2,
+            "For each genre, how many books are there? Give the genre and the count.",
+            "SELECT genre, COUNT(*) FROM books GROUP BY genre",
+            NONE,
+        ),
+        Template(
+            "avg-pages",
+            2,
+            "What is the average number of pages of the {genre} books, rounded to 1 decimal?",
+            "SELECT ROUND(AVG(pages), 1) FROM books WHERE genre = '{genre}'",
+            _distinct("genre", "books"),
+        ),
+        Template(
+            "oldest",
+            2,
+            "List the titles of the {n} oldest books, oldest first (ties by title).",
+            "SELECT title FROM books ORDER BY year, title LIMIT {n}",
+            _values("n", [2, 3, 4]),
+            ordered=True,
+        ),
+        Template(
+            "long-loans",
+            2,
+            "How many loans lasted more than {d} days?",
+            "SELECT COUNT(*) FROM loans WHERE days > {d}",
+            _values("d", [20, 30, 45]),
+        ),
+        Template(
+            "books-by",
+            3,
+            "Which books did authors born after {year} write? Give the titles.",
+            "SELECT b.title FROM books b JOIN authors a ON a.id = b.author_id WHERE a.born > {year}",
+            _values("year", [1950, 1960, 1980]),
+        ),
+        Template(
+            "loans-genre",
+            3,
+            "How many loans were there of {genre} books?",
+            "SELECT COUNT(*) FROM loans l JOIN books b ON b.id = l.book_id WHERE b.genre = '{genre}'",
+            _distinct("genre", "books"),
+        ),
+        Template(
+            "prolific",
+            3,
+            "Which authors wrote at least {k} books? Give their names and book counts.",
+            "SELECT a.name, COUNT(*) FROM authors a JOIN books b ON b.author_id = a.id GROUP BY a.id"
+            " HAVING COUNT(*) >= {k}",
+            _values("k", [2, 3, 4]),
+        ),
+        Template(
+            "never-loaned",
+            3,
+            "Which books were never loaned? Give their titles.",
+            "SELECT title FROM books WHERE id NOT IN (SELECT book_id FROM loans)",
+            NONE,
+        ),
+    ],
+}
+SCHEMAS = {"shop": shop, "school": school, "library": library}
+TRIVIAL = ([], [[0]], [[1]], [[None]])
+"""Results any lazy answer gets (no row, a constant): no task may have one."""
+
+
+def sql_tasks(seed: int = 0, per_template: int = 4) -> list[Task]:
+    """Up to `per_template` instances of every template over each schema's
+    data (drawn from `seed`); instances whose answer is empty or a constant
+    are left out."""
+    out = []
+    for schema, make in SCHEMAS.items():
+        script = make(random.Random(f"{seed}/{schema}"))
+        db = sqlite3.connect(":memory:")
+        db.executescript(script)
+        for t in TEMPLATES[schema]:
+            picks = t.params(db)
+            random.Random(f"{seed}/{schema}/{t.key}").shuffle(picks)
+            n = 0
+            for p in picks:
+                if n == per_template:
+                    break
+                query = t.query.format(**p)
+                rows = [list(r) for r in db.execute(query)]
+                if rows in TRIVIAL:
+                    continue
+                n += 1
+                suffix = "-".join(str(v) for v in p.values()) or "all"
+                out.append(
+                    Task(
+                        task_id=f"sql/{schema}/{t.key}/{suffix}",
+                        prompt=t.question.format(**p),
+                        entry_point="answer",
+                        tests=json.dumps({"reference": query, "ordered": t.ordered}),
+                        test_format="sql",
+                        environment="sql",
+                        reference=query,
+                        files={"data.sql": script},
+                        limits=TaskLimits(wall_s=10.0, call_s=3.0),
+                        metadata={
+                            "source": "sarl-sql",
+                            "family": f"sql-{schema}",
+                            "template": f"sql/{schema}/{t.key}",
+                            "difficulty": t.level,
+                        },
+                    )
+                )
+        db.close()
+    return out
