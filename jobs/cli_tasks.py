@@ -26,7 +26,8 @@ def add_commands(sub: Any) -> None:
         default="all",
         help="a family, or a group: all (default), classic (11 families of few templates each), composed "
         "(programs composed of small operations: thousands of templates), workspace (42 packages to fix, "
-        "implement or make pass with tools), sql (111 questions over 3 SQLite databases, -n up to 111); "
+        "implement or make pass with tools), sql (111 questions over 3 SQLite databases), node (14 JavaScript "
+        "functions); "
         "`--family list` lists them",
     )
     s.add_argument(
@@ -101,11 +102,13 @@ def generate(args: argparse.Namespace) -> int:
     from rl.tasks.format import write_tasks
     from rl.tasks.synthesis import synthesize
 
-    if args.family in ("workspace", "sql"):
+    if args.family in ("workspace", "sql", "node"):
+        from rl.tasks.node import node_tasks
         from rl.tasks.sql import sql_tasks
         from rl.tasks.workspaces import workspace_tasks
 
-        tasks = (workspace_tasks() if args.family == "workspace" else sql_tasks(args.seed))[: args.n]
+        made = {"workspace": workspace_tasks, "sql": lambda: sql_tasks(args.seed), "node": node_tasks}
+        tasks = made[args.family]()[: args.n]
         write_tasks(args.output, tasks)
         print(f"wrote {len(tasks)} {args.family} tasks to {args.output}", file=sys.stderr)
         return 0

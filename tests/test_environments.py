@@ -402,3 +402,58 @@ def test_every_shipped_sql_task_validates() -> None:
     with Verifier(VerifyConfig(parallel=2)) as verifier:
         reports = validate(tasks, verifier, repeats=2)
     assert [r.problems for r in reports if not r.ok] == []
+
+
+# ------------------------------------------------------------------ Node.js
+def test_a_javascript_episode_sees_its_failed_example_and_fixes_it(tok: Any) -> None:
+    from rl.tasks.node import node_tasks
+
+    task = next(t for t in node_tasks() if t.entry_point == "truncate")
+    wrong = "```javascript\nfunction truncate(text, width) {\n  return text.slice(0, width) + '...';\n}\n```"
+    right = "Fixed:\n```js\n" + task.reference + "```"
+    policy = Scripted(tok, [wrong, right])
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = run_episode(task, AgentConfig(max_turns=3), policy, tok, sb, verifier, 2048, seed=0)
+    shown = tok.decode(policy.prompts[1])
+    assert "Examples: 0 of 3 passed." in shown and 'truncate("hello", 5): expected "hello"' in shown
+    assert ep.end == "examples-pass" and ep.turns == 2 and ep.verdict.passed and ep.verdict.reward == 1.0
+    a = ep.trajectory.arrays()
+    assert a["tokens"][a["loss_mask"] == 1].tolist() == [t for ids in policy.sampled for t in ids]
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("process.exit(0);", "the node process ended"),
+        ("while (true) {}", "timeout"),
+        ("require('fs').writeSync(3, JSON.stringify({i: 0, ok: 'x'}) + '\\n'); return 0;", "wrong value"),
+        ("console.log('\\n@@SARL-NODE@@{\"cases\": []}'); return null;", "wrong value"),
+        ("return require('child_process').execSync('echo hi').toString();", "wrong value"),
+        ("throw new Error('no');", "Error"),
+    ],
+)
+def test_hostile_javascript_earns_nothing_and_the_verifier_holds(body: str, why: str) -> None:
+    from rl.tasks.node import node_tasks, stub
+
+    task = next(t for t in node_tasks() if t.entry_point == "slugify")
+    with Verifier(VerifyConfig(parallel=1)) as verifier:
+        v = verifier.verify(task, stub(task, body))
+    assert not v.passed and v.reward == 0.0 and why in v.failure, v
+
+
+def test_every_shipped_javascript_task_validates_and_a_missing_runtime_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rl.tasks.node import node_tasks
+    from rl.validation.report import validate
+    from rl.verify import verifier as verifier_module
+
+    tasks = node_tasks()
+    assert len(tasks) >= 14 and all(t.runtime == "node" for t in tasks)
+    with Verifier(VerifyConfig(parallel=2)) as verifier:
+        reports = validate(tasks, verifier, repeats=2)
+    assert [r.problems for r in reports if not r.ok] == []
+    monkeypatch.setitem(verifier_module.RUNTIME_PROBES, "node", ["nodejs-that-is-not-installed", "--version"])
+    with Verifier(VerifyConfig(parallel=1)) as verifier:
+        [report] = validate(tasks[:1], verifier, repeats=1)
+    assert not report.ok and "runtime 'node'" in report.problems[0], report

@@ -26,6 +26,7 @@ BUILTIN_ENVIRONMENTS = {
     "function": "rl.agent.function:FunctionEnv",
     "workspace": "rl.agent.workspace:WorkspaceEnv",
     "sql": "rl.agent.sql:SQLEnv",
+    "node": "rl.agent.node:NodeEnv",
 }
 """The built-in kinds, by the name a task or config gives."""
 
@@ -117,7 +118,7 @@ class AgentConfig(Section):
     """Tool calls of one reply that are run; later ones are ignored."""
     environment: str = ""
     """The environment that plays every task: a built-in kind (`function`,
-    `workspace`, `sql`) or your own `module:Class` (docs/environments.md). Empty:
+    `workspace`, `sql`, `node`) or your own `module:Class` (docs/environments.md). Empty:
     each task's own `environment`."""
 
     @field_validator("environment")

@@ -20,6 +20,12 @@ Test formats:
              answer is a query, right when its rows equal the reference
              query's (as a multiset unless `ordered`). The reference is the
              reference query.
+  node       `tests` is {"calls": [[args...], ...], "expected": [...],
+             "visible": N}: the function `entry_point` of the solution (a
+             whole JavaScript function) is called with each argument list by
+             Node.js; its JSON answer must equal the expected value (2 and
+             2.0 alike, true and 1 not). The first N calls are the visible
+             examples. `runtime` is `node`.
 """
 
 from __future__ import annotations
@@ -79,12 +85,12 @@ class Task(BaseModel):
     """Name of the function the tests call."""
     tests: str = Field(min_length=1)
     """Test code (never shown to the policy); format given by `test_format`."""
-    test_format: Literal["humaneval", "workspace", "sql"] = "humaneval"
+    test_format: Literal["humaneval", "workspace", "sql", "node"] = "humaneval"
     """How `tests` is run (see the module docstring)."""
-    environment: str = Field("function", pattern=r"^(function|workspace|sql|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    environment: str = Field("function", pattern=r"^(function|workspace|sql|node|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
     """The environment that plays the task: `function` (write one function),
-    `workspace` (files and tools), `sql` (questions over a database), or a
-    `module:Class` (docs/environments.md)."""
+    `workspace` (files and tools), `sql` (questions over a database), `node`
+    (a JavaScript function), or a `module:Class` (docs/environments.md)."""
     reference: str = ""
     """A reference completion that passes every test (validation uses it)."""
     files: dict[str, str] = Field(default_factory=dict)

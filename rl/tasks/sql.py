@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rl.tasks.format import Task, TaskLimits
@@ -39,7 +39,7 @@ def _sql(v: object) -> str:
     return "'" + str(v).replace("'", "''") + "'" if isinstance(v, str) else str(v)
 
 
-def _script(tables: dict[str, tuple[str, list[tuple[object, ...]]]]) -> str:
+def _script(tables: dict[str, tuple[str, Sequence[Sequence[object]]]]) -> str:
     out = []
     for name, (create, rows) in tables.items():
         out.append(create.strip() + ";")
@@ -85,7 +85,8 @@ def shop(rng: random.Random) -> str:
 def school(rng: random.Random) -> str:
     students = [(i, _name(rng), rng.randint(1, 4), rng.choice(CITIES)) for i in range(1, 36)]
     courses = [(i, f"{s} {i}", s, rng.randint(2, 6)) for i, s in ((i, rng.choice(SUBJECTS)) for i in range(1, 13))]
-    seen, enrol = set(), []
+    seen: set[tuple[int, int]] = set()
+    enrol: list[tuple[int, int, int]] = []
     while len(enrol) < 90:
         pair = (rng.randint(1, 35), rng.randint(1, 12))
         if pair not in seen:
@@ -434,7 +435,7 @@ TEMPLATES: dict[str, list[Template]] = {
     ],
 }
 SCHEMAS = {"shop": shop, "school": school, "library": library}
-TRIVIAL = ([], [[0]], [[1]], [[None]])
+TRIVIAL: tuple[list[list[object]], ...] = ([], [[0]], [[1]], [[None]])
 """Results any lazy answer gets (no row, a constant): no task may have one."""
 
 

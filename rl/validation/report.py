@@ -53,6 +53,11 @@ def validate(
 
     def one(task: Task) -> TaskReport:
         rep = TaskReport(task.task_id, ok=True)
+        missing = verifier.runtime_problem(task.runtime)
+        if missing:  # the sandbox cannot run the task at all
+            rep.problems.append(missing)
+            rep.ok = False
+            return rep
         try:
             reference, trivials = answers(task)
         except ValueError as e:
@@ -103,6 +108,10 @@ def answers(task: Task) -> tuple[Answer, list[tuple[str, Answer]]]:
     trivial answers are the files untouched and the patched files emptied."""
     if task.test_format == "sql":
         return (task.reference, None), [(repr(q), (q, None)) for q in TRIVIAL_SQL]
+    if task.test_format == "node":
+        from rl.tasks.node import TRIVIAL_JS, stub
+
+        return (task.reference, None), [(repr(b or "{}"), (stub(task, b), None)) for b in TRIVIAL_JS]
     if task.test_format != "workspace":
         return (task.reference, None), [(repr(t.strip()), (t, None)) for t in TRIVIAL]
     try:

@@ -47,8 +47,33 @@ from sandboxes.config import Limits, SandboxConfig
 RUNNER = (Path(__file__).with_name("runner.py")).read_text()
 SQL_RUNNER = (Path(__file__).with_name("sql_runner.py")).read_text()
 SQL_MARKER = "@@SARL-SQL@@"
+NODE_RUNNER = (Path(__file__).with_name("node_runner.py")).read_text()
+NODE_MARKER = "@@SARL-NODE@@"
+CONSTANTS: list[Any] = [None, True, False, 0, 1, -1, "", [], {}]
+RUNTIME_PROBES = {"node": ["node", "--version"]}
+"""A command that runs in the sandbox when a task's runtime is there
+(`system` needs nothing beyond the resident's Python)."""
+"""Constant answers whose pass rate is a JavaScript task's floor."""
 SQL_SCRIPT = "data.sql"
 """The file of an SQL task that builds its database."""
+
+
+def node_spec(task: Task) -> dict[str, Any]:
+    """A JavaScript task's hidden tests: the argument lists of each call, the
+    expected values, and how many of the first calls are visible examples."""
+    try:
+        spec = json.loads(task.tests)
+    except ValueError:
+        spec = None
+    if (
+        not isinstance(spec, dict)
+        or not isinstance(spec.get("calls"), list)
+        or not isinstance(spec.get("expected"), list)
+        or len(spec["calls"]) != len(spec["expected"])
+        or not all(isinstance(c, list) for c in spec["calls"])
+    ):
+        raise ValueError('tests: a node task\'s tests are {"calls": [[args...], ...], "expected": [...], "visible": N}')
+    return {"calls": spec["calls"], "expected": spec["expected"], "visible": int(spec.get("visible", 0))}
 
 
 def sql_spec(task: Task) -> dict[str, Any]:
@@ -109,6 +134,7 @@ class Verifier:
         self.audit = Path(audit) if audit else None
         self._audit_lock = threading.Lock()
         self._floor: dict[str, float] = {}  # task_id -> best pass rate of a constant answer
+        self._runtimes: dict[str, str] = {}  # runtime -> "" or why the sandbox cannot run it
         from sandboxes import interpreter
 
         self._python, self._trees = interpreter(self.sandbox)
@@ -148,6 +174,8 @@ class Verifier:
     def _verify(self, task: Task, completion: str, final_files: dict[str, str] | None, t0: float) -> Verdict:
         if task.test_format == "sql":
             return self._verify_sql(task, completion, t0)
+        if task.test_format == "node":
+            return self._verify_node(task, completion, t0)
         if task.test_format == "workspace":
             # the final work dir is the answer; its tests/ are the task's again
             final_files = graded_workspace(task, final_files)
@@ -236,9 +264,95 @@ class Verifier:
         self._log(verdict)
         return verdict
 
+    def runtime_problem(self, runtime: str) -> str:
+        """ "" when the sandbox can run a task of `runtime`, else why not
+        (looked up once per runtime, inside a sandbox of the pool)."""
+        if runtime not in self._runtimes:
+            probe = RUNTIME_PROBES.get(runtime)
+            why = ""
+            if probe is not None:
+                from sandboxes import SandboxError
+
+                try:
+                    sb = self.pool.take()
+                    r = sb.exec(probe, limits=Limits(wall_s=10.0))
+                    self.pool.give(sb, clean=True)
+                    if r.exit_code != 0:
+                        why = f"runtime {runtime!r}: `{probe[0]}` does not run in the sandbox ({r.stderr[-200:]!r})"
+                except (SandboxError, OSError) as e:
+                    why = f"runtime {runtime!r}: `{probe[0]}` cannot be started in the sandbox: {e}"
+            self._runtimes[runtime] = why
+        return self._runtimes[runtime]
+
+    def _verify_node(self, task: Task, solution: str, t0: float) -> Verdict:
+        """A JavaScript function against the task's calls, in a fresh sandbox:
+        the share of calls answered with the expected value, measured from the
+        best constant answer."""
+        from rl.verify.node_runner import same
+
+        spec = node_spec(task)
+        run = self.run_node(task, solution, spec["calls"], spec["expected"])
+        cases = run.get("cases", [])
+        n, passed = len(cases), sum(c["ok"] for c in cases)
+        floor = max((sum(same(c, want) for want in spec["expected"]) / max(1, n) for c in CONSTANTS), default=0.0)
+        rate = passed / n if n else 0.0
+        limit = run.get("limit")
+        checks: dict[str, float | None] = dict.fromkeys(CHECKS)
+        unstable = sum(1 for c in cases if c.get("crash") or c["why"] == "timeout")
+        checks.update(
+            tests=(max(0.0, (rate - floor) / (1.0 - floor)) if floor < 1.0 else float(rate == 1.0)) if n else 0.0,
+            stability=0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
+            security=1.0,
+            efficiency=efficiency_score(float(run.get("duration_s", 0.0)), task.limits.wall_s, limit),
+        )
+        bad = next((i for i, c in enumerate(cases) if not c["ok"]), None)
+        failure = (
+            run.get("error")
+            or (f"solution did not load: {run['load_error']}" if run.get("load_error") else "")
+            or (f"limit hit: {limit}" if limit else "")
+            or ("" if bad is None else f"test call {bad + 1}: {cases[bad]['why']}")
+        )
+        verdict = Verdict(
+            task_id=task.task_id,
+            reward=aggregate(checks, self.cfg),
+            checks=checks,
+            passed=bool(n) and passed == n and not limit,
+            cases=n,
+            cases_passed=passed,
+            failure=failure,
+            duration_s=round(time.monotonic() - t0, 4),
+        )
+        self._log(verdict)
+        return verdict
+
+    def run_node(
+        self, task: Task, solution: str, calls: list[Any], expected: list[Any], sandbox: Any = None, wall_s: float = 0.0
+    ) -> dict[str, Any]:
+        """The Node.js runner (rl/verify/node_runner.py) on `solution` in
+        `sandbox` (the episode's, for its visible examples), or in a fresh
+        one from the pool: its JSON result, with `limit` and `duration_s`."""
+        params = {
+            "solution": solution,
+            "entry": task.entry_point,
+            "calls": calls,
+            "expected": expected,
+            "call_s": task.limits.call_s,
+        }
+        limits = Limits(wall_s=wall_s or task.limits.wall_s, memory_mb=task.limits.memory_mb, cpu_s=task.limits.wall_s)
+        return self._snippet(NODE_RUNNER, NODE_MARKER, params, limits, sandbox)
+
     def run_sql(self, params: dict[str, Any], limits: Limits, sandbox: Any = None) -> dict[str, Any]:
         """The SQL runner (rl/verify/sql_runner.py) in `sandbox`, or in a fresh
         one from the pool: its JSON result, with `limit` and `duration_s`."""
+        return self._snippet(SQL_RUNNER, SQL_MARKER, params, limits, sandbox)
+
+    def _snippet(
+        self, code: str, marker: str, params: dict[str, Any], limits: Limits, sandbox: Any = None
+    ) -> dict[str, Any]:
+        """A runner snippet with PARAMS, and the JSON of its last line after
+        `marker`. In the episode's own `sandbox`, a failure of the sandbox is
+        raised (an infrastructure failure, retried); in one of the pool's, it
+        is the result's error."""
         from sandboxes import SandboxError
 
         own = sandbox is None
@@ -247,24 +361,24 @@ class Verifier:
         except SandboxError as e:
             return {"error": f"sandbox failed: {e}"}
         try:
-            r = sb.run_snippet(SQL_RUNNER, limits=limits, globals={"PARAMS": params}, cache=True, reset_after=own)
+            r = sb.run_snippet(code, limits=limits, globals={"PARAMS": params}, cache=True, reset_after=own)
         except SandboxError as e:
             if not own:
-                raise  # the episode's own sandbox failed: an infrastructure failure, retried
+                raise
             sb.close()
             return {"error": f"sandbox failed: {e}"}
         if own:
             self.pool.give(sb, clean=True)
         out = r.stdout.decode(errors="replace").rstrip("\n")
-        _, sep, last = out.rpartition("\n" + SQL_MARKER)
+        _, sep, last = out.rpartition("\n" + marker)
         result: dict[str, Any] = {"limit": r.limit} if r.limit else {}
         if sep and not r.limit:
             try:
                 result = json.loads(last)
             except ValueError:
-                result = {"error": "the SQL runner's result did not parse"}
+                result = {"error": "the runner's result did not parse"}
         elif not r.limit:
-            result = {"error": "the SQL runner ended without a result: " + r.stderr.decode(errors="replace")[-300:]}
+            result = {"error": "the runner ended without a result: " + r.stderr.decode(errors="replace")[-300:]}
         result["duration_s"] = r.duration_s
         return result
 
