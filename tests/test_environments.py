@@ -457,3 +457,80 @@ def test_every_shipped_javascript_task_validates_and_a_missing_runtime_is_named(
     with Verifier(VerifyConfig(parallel=1)) as verifier:
         [report] = validate(tasks[:1], verifier, repeats=1)
     assert not report.ok and "runtime 'node'" in report.problems[0], report
+
+
+# ------------------------------------------------------------------ Harbor
+HARBOR = ROOT / "tests" / "fixtures" / "harbor"
+HARBOR_OK = ["hello-file", "fix-csv-total", "word-count"]
+
+
+def test_harbor_directories_import_validate_and_carry_an_apptainer_definition() -> None:
+    from rl.tasks.harbor import import_harbor
+    from rl.validation.report import validate
+
+    tasks = [import_harbor(HARBOR / name) for name in HARBOR_OK]
+    fix = tasks[1]
+    assert (
+        fix.files.keys() == {"total.py", "sales.csv"} and "/app" not in fix.prompt and "/sandbox/total.py" in fix.prompt
+    )
+    assert json.loads(fix.tests).keys() == {"test.sh", "check.py"} and "total.py" not in fix.tests.split("check.py")[0]
+    assert tasks[2].files.keys() == {"data/poem.txt"}  # COPY data /app/data: the folder's files, under data/
+    assert all("Bootstrap: docker" in t.metadata["harbor"]["apptainer_def"] for t in tasks)
+    assert "From: debian:bookworm-slim" in tasks[2].metadata["harbor"]["apptainer_def"]
+    with Verifier(VerifyConfig(parallel=2)) as verifier:
+        reports = validate(tasks, verifier, repeats=2)  # the oracle passes twice; the untouched work dir does not
+        assert [r.problems for r in reports if not r.ok] == []
+        partial = {**fix.files, "total.py": fix.files["total.py"].replace("rows[1:]", "rows[2:]")}
+        v = verifier.verify(fix, "", final_files=partial)  # reward.json: a share of its cases
+        assert not v.passed and v.reward == 0.0 and "reward 0.0" in v.failure
+        planted = {**fix.files, "reward.txt": "1\n", "logs/verifier/reward.txt": "1\n", "tests/test.sh": "exit 0\n"}
+        assert verifier.verify(fix, "", final_files=planted).reward == 0.0  # the work dir cannot grade itself
+
+
+def test_a_harbor_directory_the_sandbox_cannot_meet_is_refused_naming_the_line(workdir: Path) -> None:
+    from conftest import sarl
+
+    out = sarl("tasks", "import", "harbor", str(HARBOR), "-o", "all.jsonl", cwd=workdir, check=False)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "needs-a-build-step/environment/Dockerfile:3" in out.stderr and "RUN" in out.stderr
+    assert not (workdir / "all.jsonl").exists()  # nothing written: the good directories neither
+    ok = sarl("tasks", "import", "harbor", *(str(HARBOR / n) for n in HARBOR_OK), "-o", "ok.jsonl", cwd=workdir)
+    assert ok.returncode == 0 and len((workdir / "ok.jsonl").read_text().splitlines()) == 3
+
+
+def test_a_harbor_task_is_played_with_the_workspace_tools(tok: Any) -> None:
+    from rl.tasks.harbor import import_harbor
+
+    task = import_harbor(HARBOR / "word-count")
+    policy = Scripted(
+        tok,
+        [
+            call("shell", command="ls -R /sandbox && wc -w /sandbox/data/poem.txt"),
+            call("write_file", path="count.sh", content='#!/bin/bash\nwc -w < "$1"\n') + call("submit"),
+        ],
+    )
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = run_episode(task, AgentConfig(max_turns=4), policy, tok, sb, verifier, 4096, seed=0)
+    assert "12 /sandbox/data/poem.txt" in tok.decode(policy.prompts[1])
+    assert ep.end == "submitted" and ep.verdict.passed and ep.verdict.reward == 1.0, ep.verdict
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "reward"),
+    [
+        ("1\n", "reward.txt", 1.0),
+        ("0.25", "reward.txt", 0.25),
+        ("7", "reward.txt", 1.0),  # clamped
+        ("yes", "reward.txt", None),
+        ('{"reward": 0.5, "cases": 3}', "reward.json", 0.5),
+        ('{"a": 1, "b": 0}', "reward.json", 0.5),
+        ('{"reward": "high"}', "reward.json", None),
+        ("[1]", "reward.json", None),
+    ],
+)
+def test_the_reward_file_a_harbor_test_writes_is_read_as_harbor_defines_it(
+    text: str, name: str, reward: float | None
+) -> None:
+    from rl.tasks.harbor import harbor_reward
+
+    assert harbor_reward(text, name) == reward

@@ -26,6 +26,9 @@ Test formats:
              Node.js; its JSON answer must equal the expected value (2 and
              2.0 alike, true and 1 not). The first N calls are the visible
              examples. `runtime` is `node`.
+  harbor     a Harbor task (rl.tasks.harbor): `tests` is {path: content} of
+             its tests/ folder; `tests/test.sh` runs in the final work dir and
+             writes the reward file; the reference is the oracle, solve.sh.
 """
 
 from __future__ import annotations
@@ -85,7 +88,7 @@ class Task(BaseModel):
     """Name of the function the tests call."""
     tests: str = Field(min_length=1)
     """Test code (never shown to the policy); format given by `test_format`."""
-    test_format: Literal["humaneval", "workspace", "sql", "node"] = "humaneval"
+    test_format: Literal["humaneval", "workspace", "sql", "node", "harbor"] = "humaneval"
     """How `tests` is run (see the module docstring)."""
     environment: str = Field("function", pattern=r"^(function|workspace|sql|node|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
     """The environment that plays the task: `function` (write one function),

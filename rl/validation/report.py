@@ -108,6 +108,10 @@ def answers(task: Task) -> tuple[Answer, list[tuple[str, Answer]]]:
     trivial answers are the files untouched and the patched files emptied."""
     if task.test_format == "sql":
         return (task.reference, None), [(repr(q), (q, None)) for q in TRIVIAL_SQL]
+    if task.test_format == "harbor":
+        if not task.reference.strip():
+            raise ValueError("reference: the Harbor task has no solution/solve.sh to validate it with")
+        return (task.reference, None), [("the files untouched", ("", dict(task.files)))]
     if task.test_format == "node":
         from rl.tasks.node import TRIVIAL_JS, stub
 

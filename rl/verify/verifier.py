@@ -176,6 +176,8 @@ class Verifier:
             return self._verify_sql(task, completion, t0)
         if task.test_format == "node":
             return self._verify_node(task, completion, t0)
+        if task.test_format == "harbor":
+            return self._verify_harbor(task, completion, final_files, t0)
         if task.test_format == "workspace":
             # the final work dir is the answer; its tests/ are the task's again
             final_files = graded_workspace(task, final_files)
@@ -264,6 +266,70 @@ class Verifier:
         self._log(verdict)
         return verdict
 
+    def _verify_harbor(self, task: Task, script: str, final: dict[str, str] | None, t0: float) -> Verdict:
+        """A Harbor task (rl.tasks.harbor): the final work dir in a fresh
+        sandbox, the task's tests beside it, `tests/test.sh` run, and the
+        reward file it wrote read. Without final files (validation), the work
+        dir is the task's and `script` (the oracle, solve.sh) runs in it first."""
+        from rl.tasks.harbor import LOGS, TESTS, harbor_reward
+        from sandboxes import SandboxError
+
+        tests = json.loads(task.tests)
+        files: dict[str, bytes | str] = {f"/sandbox/{p}": c for p, c in (final or task.files).items()}
+        files.update({f"{TESTS}/{p}": c for p, c in tests.items()})
+        if final is None and script:
+            files["/tmp/harbor/solve.sh"] = script
+        limits = Limits(wall_s=task.limits.wall_s, cpu_s=task.limits.wall_s, memory_mb=task.limits.memory_mb)
+        reward, why, limit, duration = None, "", None, 0.0
+        try:
+            sb = self.pool.take()
+        except SandboxError as e:
+            return self._harbor_verdict(task, None, f"verifier error: sandbox failed: {e}", None, t0, 0.0)
+        try:
+            sb.run_snippet(f"import os\nos.makedirs({LOGS!r}, exist_ok=True)\n", files=files)
+            if final is None and script:
+                sb.exec(["bash", "/tmp/harbor/solve.sh"], limits=limits, cwd="/sandbox")
+            r = sb.exec(["bash", f"{TESTS}/test.sh"], limits=limits, cwd="/sandbox")
+            limit, duration = r.limit, r.duration_s
+            for name in ("reward.txt", "reward.json"):
+                got = sb.exec(["cat", f"{LOGS}/{name}"], limits=Limits(wall_s=5.0))
+                if got.exit_code == 0:
+                    reward = harbor_reward(got.stdout.decode(errors="replace"), name)
+                    why = "" if reward is not None else f"{name} holds no reward"
+                    break
+            else:
+                tail = (r.stdout + r.stderr).decode(errors="replace")[-300:]
+                why = f"test.sh wrote no reward file (exit {r.exit_code}{', ' + limit if limit else ''}): {tail}"
+        except SandboxError as e:
+            sb.close()
+            return self._harbor_verdict(task, None, f"verifier error: sandbox failed: {e}", None, t0, 0.0)
+        self.pool.give(sb)  # reset: nothing of this work dir reaches the next verification
+        return self._harbor_verdict(task, reward, why, limit, t0, duration)
+
+    def _harbor_verdict(
+        self, task: Task, reward: float | None, why: str, limit: str | None, t0: float, duration: float
+    ) -> Verdict:
+        checks: dict[str, float | None] = dict.fromkeys(CHECKS)
+        checks.update(
+            tests=reward or 0.0,
+            stability=0.0 if (limit or reward is None) else 1.0,
+            security=1.0,
+            efficiency=efficiency_score(duration, task.limits.wall_s, limit),
+        )
+        passed = reward is not None and reward >= 1.0
+        verdict = Verdict(
+            task_id=task.task_id,
+            reward=aggregate(checks, self.cfg),
+            checks=checks,
+            passed=passed,
+            cases=1,
+            cases_passed=int(passed),
+            failure="" if passed else (why or f"test.sh gave reward {reward}"),
+            duration_s=round(time.monotonic() - t0, 4),
+        )
+        self._log(verdict)
+        return verdict
+
     def runtime_problem(self, runtime: str) -> str:
         """ "" when the sandbox can run a task of `runtime`, else why not
         (looked up once per runtime, inside a sandbox of the pool)."""
@@ -276,7 +342,7 @@ class Verifier:
                 try:
                     sb = self.pool.take()
                     r = sb.exec(probe, limits=Limits(wall_s=10.0))
-                    self.pool.give(sb, clean=True)
+                    self.pool.give(sb)
                     if r.exit_code != 0:
                         why = f"runtime {runtime!r}: `{probe[0]}` does not run in the sandbox ({r.stderr[-200:]!r})"
                 except (SandboxError, OSError) as e:
