@@ -534,3 +534,47 @@ def test_the_reward_file_a_harbor_test_writes_is_read_as_harbor_defines_it(
     from rl.tasks.harbor import harbor_reward
 
     assert harbor_reward(text, name) == reward
+
+
+# ------------------------------------------------ a chat template that renders tools
+TOOL_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n{% if messages[0]['role'] == 'system' %}{{ messages[0]['content'] }}\n"
+    "{% endif %}# Tools\n<tools>{% for t in tools %}\n{{ t | tojson }}{% endfor %}\n</tools><|im_end|>\n{% endif %}"
+    "{%- for m in messages %}{%- if not (tools and loop.first and m['role'] == 'system') %}"
+    "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+def test_a_template_with_tools_gets_the_declarations_and_tool_messages_with_ids_still_exact() -> None:
+    """SmolLM2's tokenizer with a Qwen-style template that renders `tools`:
+    the declarations go to the template (not the text protocol), results come
+    back as `tool` messages, and the trajectory is, id for id, what the
+    template gives for the whole conversation."""
+    from rl.agent.tools import template_has_tools
+    from rl.model import chat_ids
+
+    tok = load_tokenizer(checkpoint(ModelConfig(dtype="float32")))
+    tok.chat_template = TOOL_TEMPLATE
+    assert template_has_tools(tok)
+    replies = [call("read_file", path="textkit/slug.py"), call("write_file", path="textkit/slug.py", content=SLUG_FIX)]
+    policy = Scripted(tok, [*replies, call("submit")])
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = run_episode(SLUG, AgentConfig(max_turns=4), policy, tok, sb, verifier, 4096, seed=0)
+    assert ep.verdict.passed and ep.end == "submitted"
+    first = tok.decode(policy.prompts[0])
+    assert '"name": "write_file"' in first and "<tools>" in first and "You can use these tools" not in first
+    assert "<|im_start|>tool\n[read_file] textkit/slug.py:" in tok.decode(policy.prompts[1])
+    # the whole conversation, rendered at once, is the same ids: nothing was re-tokenised differently
+    from rl.agent.workspace import SYSTEM_PROMPT, TOOLS, first_message
+
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": first_message(SLUG)}]
+    context = [
+        tok.decode(p[len(q) + len(s) :])
+        for p, q, s in zip(policy.prompts[1:], policy.prompts, policy.sampled, strict=False)
+    ]
+    for reply, obs in zip(replies, context, strict=True):
+        body = obs.split("<|im_start|>tool\n", 1)[1].rsplit("<|im_end|>", 1)[0]
+        messages += [{"role": "assistant", "content": reply}, {"role": "tool", "content": body}]
+    whole = chat_ids(tok, messages, tools=[t.schema() for t in TOOLS])
+    assert policy.prompts[2] == whole
