@@ -251,3 +251,26 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     model.save_pretrained(out)
     load_tokenizer(base).save_pretrained(out)
     return out
+
+
+def hf_worker(
+    root: Path, name: str, tasks_file: Path, tiny_model: Path, rollout: dict[str, Any]
+) -> tuple[Any, Any, dict]:
+    """A real rollout Worker of run `name` under `root`, for the tiny model on
+    the HF engine (started by the test), with `rollout`'s settings: the
+    worker, its config and its state."""
+    from rl.config import validate_config
+    from rl.rollout.worker import Worker
+    from rl.run.role import context_of
+
+    raw = {
+        "run": {"name": name, "root": str(root), "seed": 1},
+        "executor": {"type": "local"},
+        "model": {"path": str(tiny_model), "dtype": "float32"},
+        "generator": {"engine": {"type": "hf", "max_model_len": 1024}},
+        "rollout": {"tasks_file": str(tasks_file), **rollout},
+    }
+    cfg = validate_config(raw, "test", cluster="local", base_dir=root)
+    (cfg.run_dir / "endpoints").mkdir(parents=True)
+    ctx = context_of(cfg, cfg.run_dir)
+    return Worker(ctx, cfg.rollout), cfg, ctx.state

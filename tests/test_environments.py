@@ -578,3 +578,41 @@ def test_a_template_with_tools_gets_the_declarations_and_tool_messages_with_ids_
         messages += [{"role": "assistant", "content": reply}, {"role": "tool", "content": body}]
     whole = chat_ids(tok, messages, tools=[t.schema() for t in TOOLS])
     assert policy.prompts[2] == whole
+
+
+def test_a_rollout_worker_gives_up_a_group_whose_environment_fails_and_trains_on_none_of_it(
+    tmp_path: Path, tiny_model: Path, on_path: Path
+) -> None:
+    """A real rollout worker (tiny model, HF engine, real sandboxes): the
+    group whose environment raises in `step` is given up with the reason in
+    the store's given-up record; the other group is committed; no sample of
+    the failing task reaches the store."""
+    from conftest import hf_worker
+
+    from rl.engine import make_engine
+    from rl.generator.inprocess import serving
+    from rl.tasks.format import write_tasks
+
+    name = _module(
+        on_path,
+        "failing_step_env",
+        "from examples.calculator_env import CalculatorEnv\n\n\nclass Env(CalculatorEnv):\n"
+        "    def step(self, reply, last):\n        raise KeyError('the grader is down')\n",
+    )
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, [CALC, CALC.model_copy(update={"task_id": "calc/broken", "environment": f"{name}:Env"})])
+    rollout = {"groups": 2, "group_size": 2, "concurrency": 4, "max_retries": 0,
+               "agent": {"max_turns": 2, "max_tokens": 8}}  # fmt: skip
+    worker, cfg, state = hf_worker(tmp_path, "envfail", tasks_file, tiny_model, rollout)
+    engine = make_engine(cfg.generator.engine, cfg.model)
+    try:
+        with serving(engine, cfg.run_dir):
+            worker.run()
+    finally:
+        engine.close()
+    reader = worker.store.reader()
+    samples = [s for k in reader.committed() for s in reader.read(k).samples()]
+    assert {s.task_id for s in samples} == {"calc/1"} and len(samples) == 2
+    reasons = list(worker.abandoned.values())
+    assert len(reasons) == 1 and reasons[0].startswith("environment: ") and "KeyError" in reasons[0], reasons
+    assert worker.store.given_up.count() == 1

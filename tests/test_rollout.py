@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import sarl, status, task_state, wait_for, write_config
+from conftest import hf_worker, sarl, status, task_state, wait_for, write_config
 
 from rl.rollout.samples import POLICY_FAILURES
 from rl.store import Store
@@ -410,7 +410,7 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     def worker(name: str, wait_s: float, deadline_s: float) -> tuple[Worker, Any, dict]:
         rollout = {"groups": 1, "group_size": 2, "concurrency": 2, "max_retries": 1, "generator_wait_s": wait_s,
                    "episode_deadline_s": deadline_s, "agent": {"max_turns": 2, "max_tokens": 8}}  # fmt: skip
-        return _hf_worker(tmp_path, name, tasks_file, tiny_model, rollout)
+        return hf_worker(tmp_path, name, tasks_file, tiny_model, rollout)
 
     # no generator at all: each of the 2 attempts waits 1 s, then the group is abandoned, saying why
     none, _, state = worker("none", 1.0, 600.0)
@@ -461,7 +461,7 @@ def test_a_groups_first_replies_are_one_request_with_n(tmp_path: Path, tasks_fil
     def play(name: str, group_request: bool) -> tuple[int, dict[str, list[int]]]:
         rollout = {"groups": 2, "group_size": 3, "concurrency": 6, "group_request": group_request,
                    "agent": {"max_turns": 1, "max_tokens": 8, "temperature": 1.0}}  # fmt: skip
-        worker, cfg, _ = _hf_worker(tmp_path, name, tasks_file, tiny_model, rollout)
+        worker, cfg, _ = hf_worker(tmp_path, name, tasks_file, tiny_model, rollout)
         engine = make_engine(cfg.generator.engine, cfg.model)
         try:
             with serving(engine, cfg.run_dir) as server:
@@ -480,29 +480,6 @@ def test_a_groups_first_replies_are_one_request_with_n(tmp_path: Path, tasks_fil
     assert play("again", True)[1] == replies  # seeded by the group, not by timing
     served, alone = play("alone", False)
     assert served == 6 and sorted(alone) == sorted(replies)  # a request per episode
-
-
-def _hf_worker(
-    root: Path, name: str, tasks_file: Path, tiny_model: Path, rollout: dict[str, Any]
-) -> tuple[Any, Any, dict]:
-    """A real rollout Worker of run `name` under `root`, for the tiny model on
-    the HF engine (started by the test), with `rollout`'s settings: the
-    worker, its config and its state."""
-    from rl.config import validate_config
-    from rl.rollout.worker import Worker
-    from rl.run.role import context_of
-
-    raw = {
-        "run": {"name": name, "root": str(root), "seed": 1},
-        "executor": {"type": "local"},
-        "model": {"path": str(tiny_model), "dtype": "float32"},
-        "generator": {"engine": {"type": "hf", "max_model_len": 1024}},
-        "rollout": {"tasks_file": str(tasks_file), **rollout},
-    }
-    cfg = validate_config(raw, "test", cluster="local", base_dir=root)
-    (cfg.run_dir / "endpoints").mkdir(parents=True)
-    ctx = context_of(cfg, cfg.run_dir)
-    return Worker(ctx, cfg.rollout), cfg, ctx.state
 
 
 def _recording_worker(tmp_path: Path, tasks_file: Path, batch_groups: int) -> tuple[Any, list[list[Any]]]:
