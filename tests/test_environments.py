@@ -616,3 +616,50 @@ def test_a_rollout_worker_gives_up_a_group_whose_environment_fails_and_trains_on
     reasons = list(worker.abandoned.values())
     assert len(reasons) == 1 and reasons[0].startswith("environment: ") and "KeyError" in reasons[0], reasons
     assert worker.store.given_up.count() == 1
+
+
+@pytest.mark.parametrize(
+    ("dockerfile", "words"),
+    [
+        ("FROM python:3.11\nWORKDIR /app\nENV X=1\n", ":3: 'ENV X=1'"),
+        (
+            "FROM python:3.11\nWORKDIR /app\nCOPY a.txt /etc/a.txt\n",
+            ":3: 'COPY a.txt /etc/a.txt': the sandbox runtime holds only",
+        ),
+        ("FROM python:3.11\nCOPY a.txt a.txt\n", "holds only the WORKDIR (none set)"),
+        ("FROM python:3.11\n# a comment\n\nWORKDIR /app\nRUN pip install \\\n  numpy\n", ":5: 'RUN pip install"),
+        ("FROM python:3.11\nWORKDIR /app\nCOPY missing.txt /app/\n", "COPY missing.txt: no such file"),
+    ],
+)
+def test_a_dockerfile_line_the_sandbox_cannot_meet_is_named(tmp_path: Path, dockerfile: str, words: str) -> None:
+    import shutil
+
+    from rl.tasks.format import TaskError
+    from rl.tasks.harbor import import_harbor
+
+    d = tmp_path / "t"
+    shutil.copytree(HARBOR / "hello-file", d)
+    (d / "environment" / "Dockerfile").write_text(dockerfile)
+    (d / "environment" / "a.txt").write_text("a\n")
+    with pytest.raises(TaskError) as e:
+        import_harbor(d)
+    assert words in str(e.value), str(e.value)
+
+
+def test_a_dockerfile_the_sandbox_can_meet_gives_the_work_dir_docker_would(tmp_path: Path) -> None:
+    import shutil
+
+    from rl.tasks.harbor import import_harbor
+
+    d = tmp_path / "t"
+    shutil.copytree(HARBOR / "hello-file", d)
+    env = d / "environment"
+    (env / "src" / "pkg").mkdir(parents=True)
+    (env / "src" / "pkg" / "m.py").write_text("x = 1\n")
+    (env / "a.txt").write_text("a\n")
+    (env / "Dockerfile").write_text(
+        "FROM python:3.11-slim AS base\nLABEL x=y\nWORKDIR /app\nCOPY src/ /app/code\nCOPY a.txt ./notes/\n"
+        'ADD a.txt /app/b.txt\nCMD ["bash"]\n'
+    )
+    task = import_harbor(d)
+    assert task.files.keys() == {"code/pkg/m.py", "notes/a.txt", "b.txt"}, task.files.keys()

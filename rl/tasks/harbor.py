@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import posixpath
 import re
 import shlex
 import tomllib
@@ -107,6 +108,7 @@ def _dockerfile(path: Path) -> tuple[str, list[tuple[str, str]]]:
             *sources, dest = args
             if not dest.startswith("/"):
                 dest = (workdir.rstrip("/") or "") + "/" + dest
+            dest = posixpath.normpath(dest) + ("/" if dest.endswith("/") else "")  # ./a/../b/ as Docker reads it
             if not workdir or not (dest == workdir or dest.startswith(workdir.rstrip("/") + "/")):
                 raise TaskError(
                     f"{path}:{n}: {text!r}: the sandbox runtime holds only the WORKDIR ({workdir or 'none set'}); "
