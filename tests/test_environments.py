@@ -663,3 +663,14 @@ def test_a_dockerfile_the_sandbox_can_meet_gives_the_work_dir_docker_would(tmp_p
     )
     task = import_harbor(d)
     assert task.files.keys() == {"code/pkg/m.py", "notes/a.txt", "b.txt"}, task.files.keys()
+
+
+def test_doing_nothing_scores_zero_however_many_verifications_of_the_task_run_at_once() -> None:
+    """The floor of a workspace task (the best of a constant answer and of the
+    untouched files) is stored whole: a group's episodes verified at once all
+    read it complete. (Storing the constants' floor first let a concurrent
+    verification score the untouched files of datekit.calendar/make-pass 0.33.)"""
+    task = WORKSPACES["workspace/datekit.calendar/make-pass"]
+    with Verifier(VerifyConfig(parallel=4)) as verifier:
+        verdicts = verifier.verify_many([(task, "", dict(task.files))] * 8)
+    assert [v.reward for v in verdicts] == [0.0] * 8

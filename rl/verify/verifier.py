@@ -188,9 +188,11 @@ class Verifier:
             static, static_why = static_score(solution)
         run = self._run_tests(task, solution, constants=task.task_id not in self._floor, workspace=final_files)
         if "constant_rates" in run:
-            self._floor[task.task_id] = max(run["constant_rates"].values(), default=0.0)
+            floor = max(run["constant_rates"].values(), default=0.0)
             if task.test_format == "workspace":  # doing nothing is a floor too
-                self._floor[task.task_id] = max(self._floor[task.task_id], self._pristine_rate(task))
+                floor = max(floor, self._pristine_rate(task))
+            # stored whole, once known: another thread verifying the same task reads it meanwhile
+            self._floor[task.task_id] = floor
         cases = run.get("cases", [])
         n = len(cases)
         passed_cases = sum(c["ok"] for c in cases)
@@ -454,9 +456,10 @@ class Verifier:
         if task.task_id not in self._floor:  # measured along with any verification of the task
             workspace = task.files if task.test_format == "workspace" else None
             run = self._run_tests(task, task.prompt, constants=True, workspace=workspace)
-            self._floor[task.task_id] = max(run.get("constant_rates", {}).values(), default=0.0)
+            floor = max(run.get("constant_rates", {}).values(), default=0.0)
             if workspace is not None:
-                self._floor[task.task_id] = max(self._floor[task.task_id], self._pristine_rate(task))
+                floor = max(floor, self._pristine_rate(task))
+            self._floor[task.task_id] = floor
         return self._floor[task.task_id]
 
     def _pristine_rate(self, task: Task) -> float:
