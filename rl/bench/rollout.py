@@ -94,6 +94,43 @@ def _measure(engine: Any, cfg: Any, c: int) -> dict[str, Any]:
     return out
 
 
+def _tool_costs(calls: int = 20) -> dict[str, float]:
+    """Median milliseconds of each workspace tool, called `calls` times in one
+    warm sandbox through the environment's own code (rl.agent.workspace)."""
+    import statistics
+
+    from rl.agent.config import AgentConfig
+    from rl.agent.env import EnvContext
+    from rl.agent.tools import Call
+    from rl.agent.workspace import WorkspaceEnv
+    from rl.model import ModelConfig, checkpoint, load_tokenizer
+    from rl.tasks.workspaces import workspace_tasks
+    from sandboxes import open_sandbox
+
+    task = workspace_tasks()[0]
+    tok = load_tokenizer(checkpoint(ModelConfig(dtype="float32")))
+    path = next(p for p in task.files if p.endswith(".py") and not p.startswith("tests/") and "__init__" not in p)
+    test = next(p for p in task.files if p.startswith("tests/"))
+    kinds = {
+        "shell_tests": Call("shell", {"command": f"python3 {test}"}),
+        "shell_ls": Call("shell", {"command": "ls -la"}),
+        "read_file": Call("read_file", {"path": path}),
+        "write_file": Call("write_file", {"path": path, "content": task.files[path]}),
+    }
+    out = {}
+    with open_sandbox() as sb:
+        env = WorkspaceEnv(EnvContext(task, sb, None, AgentConfig(), tokenizer=tok))
+        env.reset(task)
+        for name, c in kinds.items():
+            times = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                env.call(c, 256)
+                times.append(time.perf_counter() - t0)
+            out[f"tool_ms_{name}"] = round(1000 * statistics.median(times), 1)
+    return out
+
+
 def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     from tqdm import tqdm
 
@@ -128,6 +165,8 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             r.update({k + key: v for k, v in _measure(engine, cfg, c).items()})
             bar.update()
         engine.close()
+    if env == "workspace":
+        r.update(_tool_costs())
     bar.close()
     r["speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_c1"], 2)
     r["group_request_speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_alone"], 2)
@@ -149,4 +188,11 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         f"{r['execute_share_c1']:.0%}, verify {r['verify_share_c1']:.0%}",
         f"  engine start {r['engine_start_s']} s (not counted)",
     ]
+    if env == "workspace":
+        per_reply = r["wall_s_c1"] * r["generate_share_c1"] / max(1, r["episodes_c1"] * turns)
+        lines.append(
+            f"  one tool call (median of 20, warm sandbox): shell running the visible tests {r['tool_ms_shell_tests']} "
+            f"ms, shell ls {r['tool_ms_shell_ls']} ms, read_file {r['tool_ms_read_file']} ms, write_file "
+            f"{r['tool_ms_write_file']} ms; a reply takes up to {1000 * per_reply:.0f} ms to generate at concurrency 1"
+        )
     return r, lines
