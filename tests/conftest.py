@@ -168,6 +168,7 @@ def no_slurm_env(tmp_path: Path) -> dict[str, str]:
 STREAM_1_FILES = {
     "test_agent.py",
     "test_bench_learn.py",
+    "test_environments.py",
     "test_generate.py",
     "test_run.py",
     "test_scale.py",
