@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the tests need, then the tests: .venv with the dev tools, bubblewrap,
+# Everything the tests need, then the tests: .venv with the dev tools, bubblewrap, Node.js,
 # a local Slurm (Debian packages, started as root), then ruff, mypy and pytest.
 #   sudo scripts/test.sh [PYTEST ARGS...]   (no arguments: the whole suite, in two streams)
 # The Debian packages and Slurm come up while pip installs: on a fresh 2-core
@@ -8,8 +8,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 logs=$(mktemp -d)
 (
-  if ! command -v bwrap >/dev/null; then  # sandboxes: bubblewrap, and setpriv from util-linux
-    apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq bubblewrap util-linux >/dev/null
+  # sandboxes: bubblewrap, and setpriv from util-linux; the node runtime of JavaScript tasks: nodejs
+  if ! command -v bwrap >/dev/null || ! command -v node >/dev/null; then
+    apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq bubblewrap util-linux nodejs >/dev/null
   fi
   scripts/slurm-up.sh
 ) >"$logs/system" 2>&1 &
