@@ -464,9 +464,24 @@ class Verifier:
 
     def _pristine_rate(self, task: Task) -> float:
         """The pass rate of a workspace task's files as given: a change that
-        fixes nothing scores 0, not the share of cases the bug leaves alone."""
-        cases = self._run_tests(task, "", workspace=task.files).get("cases", [])
-        return sum(c["ok"] for c in cases) / len(cases) if cases else 0.0
+        fixes nothing scores 0, not the share of cases the bug leaves alone.
+        A run cut by a limit, a timeout or a sandbox error (a loaded machine)
+        would understate it and let doing nothing score: such a run is
+        measured again, the best of 3 kept, and with no run graded at all
+        the verification fails (a verifier error, and no floor is kept)."""
+        best, why = None, ""
+        for _ in range(3):
+            run = self._run_tests(task, "", workspace=task.files)
+            cases = run.get("cases", [])
+            if cases and not run.get("limit") and not run.get("error"):
+                rate = sum(c["ok"] for c in cases) / len(cases)
+                best = rate if best is None else max(best, rate)
+                if not run.get("timeouts") and not run.get("crashes"):
+                    return best
+            why = run.get("error") or run.get("limit") or "cases timed out or crashed"
+        if best is None:
+            raise RuntimeError(f"the untouched work dir could not be graded: {why}")
+        return best
 
     def verdict_of_checks(self, task: Task, checks: dict[str, Any]) -> Verdict:
         """A Verdict from an environment's own check scores (rl.agent.env):
