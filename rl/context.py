@@ -13,8 +13,10 @@ role's.
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -90,3 +92,27 @@ class RunContext:
     def on_usr2(self, fn: Callable[[], None]) -> None:
         """Run `fn` from the USR2 handler (on the main thread), after `stopping` is set."""
         self.usr2.append(fn)
+
+
+@contextlib.contextmanager
+def usr2_held() -> Iterator[None]:
+    """A section that a USR2 (preemption, time limit) must not interrupt: one
+    arriving inside is answered when the section ends, on the main thread,
+    by the handler installed before (submitit's: checkpoint, requeue, exit).
+    For work whose state is not whole until it ends (the learner's step: the
+    weights change before their step is counted), which the handler cannot
+    wait for on the thread it interrupts. The answer comes up to the
+    section's length late. Off the main thread, or under no Python handler,
+    the section holds nothing."""
+    before = signal.getsignal(signal.SIGUSR2)
+    if threading.current_thread() is not threading.main_thread() or not callable(before):
+        yield
+        return
+    arrived: list[int] = []
+    signal.signal(signal.SIGUSR2, lambda signum, frame: arrived.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+        if arrived:
+            before(signal.SIGUSR2, None)

@@ -544,6 +544,32 @@ def test_a_sync_round_with_groups_given_up_is_whole_without_them(tmp_path: Path)
     assert take_step(store, cursor, 3, Need(6, sync=True, poll_s=0.01), _Feed(stop=True)) is None  # no round size
 
 
+def test_a_usr2_inside_a_held_section_is_answered_when_it_ends() -> None:
+    """The learner's step changes the weights before it is counted, and the
+    handler (save, requeue, exit) cannot wait for it on the thread it
+    interrupts: a USR2 inside the step is answered once, right after it,
+    by the handler installed before; one outside is answered at once."""
+    from rl.context import usr2_held
+
+    got: list[str] = []
+    stage = ["before"]
+    before = signal.signal(signal.SIGUSR2, lambda *_: got.append(stage[0]))
+    try:
+        with usr2_held():
+            stage[0] = "inside"
+            os.kill(os.getpid(), signal.SIGUSR2)
+            time.sleep(0.05)
+            assert got == []
+            stage[0] = "after"
+        assert got == ["after"]  # once, when the section ended
+        os.kill(os.getpid(), signal.SIGUSR2)
+        time.sleep(0.05)
+        assert got == ["after", "after"]  # outside: at once
+        assert signal.getsignal(signal.SIGUSR2) is not None and len(got) == 2
+    finally:
+        signal.signal(signal.SIGUSR2, before)
+
+
 @pytest.mark.slow
 def test_usr2_saves_the_last_step_at_once_and_the_requeued_learner_goes_on(workdir: Path, tiny_model: Path) -> None:
     run = _start(workdir, "usr2", tiny_model, steps=8, extra="checkpoint_every = 100\n")  # only USR2 and the end

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from rl.context import RunContext
+from rl.context import RunContext, usr2_held
 from rl.learner.config import LearnerRole
 
 
@@ -64,11 +64,12 @@ def run(ctx: RunContext, cfg: LearnerRole) -> dict[str, Any]:
             else:
                 t.consume(data.keys, "no sample to train on")
             continue
-        metrics = t.trainer.step(samples)
-        if metrics is None:
-            t.roll_back(data.keys, "loss or gradient not finite")
-            continue
-        t.apply(data)
+        with usr2_held():  # the weights change before the step is counted: a save must wait for both
+            metrics = t.trainer.step(samples)
+            if metrics is None:
+                t.roll_back(data.keys, "loss or gradient not finite")
+                continue
+            t.apply(data)
         step_s = time.monotonic() - t1
         metrics.update(wait_s=t1 - t0, step_s=step_s, dropped_stale=data.dropped_stale, given_up_groups=data.given_up)
         metrics["groups_with_signal"] = signal_share(data.samples)

@@ -355,8 +355,9 @@ class Training:
 
     def on_signal(self) -> None:
         """USR2 (preemption, time limit): save the last completed step now.
-        Weights only change inside the step's last optimizer call, which is
-        marked, so a save here is never of a half-applied step. With several
+        The signal is held while a step updates the weights and is counted
+        (rl.context.usr2_held), so a save here is never of a half-applied
+        step, nor skipped for one. With several
         ranks a save is a collective, which a signal handler on rank 0 alone
         cannot start: the requeued learner resumes from the last periodic
         checkpoint, and redoes the steps after it (their batches once)."""
