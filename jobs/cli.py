@@ -25,6 +25,7 @@ GROUPS = (
     "jobs.cli_sandbox",  # sandbox run
     "jobs.cli_tasks",  # tasks import, generate, split, validate, report, schema
     "jobs.cli_generate",  # generate
+    "jobs.cli_serve",  # serve
     "jobs.cli_verify",  # verify
     "jobs.cli_eval",  # eval
     "jobs.cli_bench",  # bench store, sandbox, verify, generate, submit

@@ -105,8 +105,10 @@ def template_has_tools(tokenizer: Any) -> bool:
     return isinstance(template, str) and "tools" in template
 
 
-def protocol_text(tools: list[Tool]) -> str:
-    """The tools and the call format, for a system message (templates without tools)."""
+def protocol_text(tools: list[dict[str, Any]]) -> str:
+    """The tools (function declarations, `Tool.schema()` or an OpenAI
+    request's) and the call format, for a system message (templates without
+    tools)."""
     lines = [
         "You can use these tools. To call one, write in your reply:",
         '<tool_call>{"name": "TOOL_NAME", "arguments": {"ARG": "VALUE"}}</tool_call>',
@@ -114,9 +116,55 @@ def protocol_text(tools: list[Tool]) -> str:
         "Tools:",
     ]
     for t in tools:
-        args = ", ".join(f"{p.name}: {p.type}{'' if p.required else ' (optional)'}" for p in t.params)
-        lines.append(f"- {t.name}({args}): {t.description}")
+        f = t.get("function", {})
+        props = f.get("parameters", {}).get("properties", {}) or {}
+        required = set(f.get("parameters", {}).get("required", []) or [])
+        args = ", ".join(
+            f"{n}: {(p or {}).get('type', 'any')}{'' if n in required else ' (optional)'}" for n, p in props.items()
+        )
+        lines.append(f"- {f.get('name', '?')}({args}): {f.get('description', '')}")
     return "\n".join(lines)
+
+
+def with_tools(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]], tokenizer: Any
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]:
+    """A conversation offering `tools` (function declarations), as the chat
+    template takes it: (its messages, the declarations for `chat_ids`, the
+    role of a tool's result). A template that renders tools gets them and
+    `tool` results; otherwise the system message describes them in this
+    module's format, and results come back as user messages."""
+    if not tools:
+        return messages, None, "user"
+    if template_has_tools(tokenizer):
+        return messages, tools, "tool"
+    text = protocol_text(tools)
+    out = list(messages)
+    if out and out[0].get("role") == "system":
+        out[0] = {**out[0], "content": f"{out[0].get('content') or ''}\n\n{text}"}
+    else:
+        out.insert(0, {"role": "system", "content": text})
+    return out, None, "user"
+
+
+def call_text(name: str, arguments: Any) -> str:
+    """A call as the policy writes it (where the template does not render calls)."""
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def split_calls(reply: str) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
+    """A reply's text before its first call, and its well-formed calls (name,
+    arguments), unchecked against any declaration: what an OpenAI client is
+    handed. A reply with a malformed call is all text, as a model's reply
+    that called nothing."""
+    found = _CALL.findall(reply)
+    calls = []
+    for body in found:
+        c = _check(body.strip(), None)
+        if c.failure:
+            return reply, []
+        calls.append((c.name, c.arguments))
+    return (reply.split("<tool_call>", 1)[0].strip() if calls else reply), calls
 
 
 def parse_calls(reply: str, tools: list[Tool], max_calls: int) -> list[Call]:
@@ -129,7 +177,8 @@ def parse_calls(reply: str, tools: list[Tool], max_calls: int) -> list[Call]:
     return [_check(body.strip(), by_name) for body in found[:max_calls]]
 
 
-def _check(body: str, by_name: dict[str, Tool]) -> Call:
+def _check(body: str, by_name: dict[str, Tool] | None) -> Call:
+    """`body` read as a call; checked against `by_name` (None: its form alone)."""
     try:
         data = json.loads(body)
     except (ValueError, RecursionError) as e:
@@ -144,6 +193,8 @@ def _check(body: str, by_name: dict[str, Tool]) -> Call:
             return Call(name, failure="malformed-call", detail="arguments is a string that is not a JSON object")
     if not isinstance(args, dict):
         return Call(name, failure="malformed-call", detail="arguments must be a JSON object")
+    if by_name is None:
+        return Call(name, args)
     tool = by_name.get(name)
     if tool is None:
         return Call(name[:60], args, "unknown-tool", f"no tool named {name[:60]!r}; tools: {', '.join(by_name)}")

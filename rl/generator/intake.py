@@ -25,13 +25,17 @@ thread for up to `deadline_s` per send (answers are small: token ids).
 from __future__ import annotations
 
 import contextlib
+import io
+import json
 import logging
 import selectors
 import socket
+import socketserver
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 log = logging.getLogger("sarl.generator")
@@ -47,9 +51,59 @@ def _answer(code: int, reason: str, body: bytes, retry_after: bool = False) -> b
     return (head + "Connection: close\r\n\r\n").encode() + body
 
 
-TIMED_OUT = _answer(408, "Request Timeout", b'{"error": "the request did not arrive whole in time"}')
-BUSY = _answer(503, "Service Unavailable", b'{"error": "busy: too many requests", "retry_after_s": 1}', True)
-TOO_LARGE = _answer(413, "Content Too Large", b'{"error": "request too large"}')
+@dataclass(frozen=True)
+class Refusals:
+    """The answers the intake gives by itself, before any handler: the
+    generator's `{"error": "..."}`, or another API's shape."""
+
+    timed_out: bytes = _answer(408, "Request Timeout", b'{"error": "the request did not arrive whole in time"}')
+    busy: bytes = _answer(503, "Service Unavailable", b'{"error": "busy: too many requests", "retry_after_s": 1}', True)
+    too_large: bytes = _answer(413, "Content Too Large", b'{"error": "request too large"}')
+
+    @classmethod
+    def shaped(cls, body: Callable[[int, str], bytes]) -> Refusals:
+        """The same refusals, each body made by `body(status, message)`."""
+        return cls(
+            _answer(408, "Request Timeout", body(408, "the request did not arrive whole in time")),
+            _answer(503, "Service Unavailable", body(503, "busy: too many requests"), True),
+            _answer(413, "Content Too Large", body(413, "request too large")),
+        )
+
+
+class WholeRequestHandler(BaseHTTPRequestHandler):
+    """Answers one request that arrived whole (`request`: the socket and
+    the request's bytes): what an Intake hands its `handle`, as
+    `Handler((sock, data), addr, None)`, which answers in its constructor."""
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        self.connection, data = self.request
+        self.rfile = io.BytesIO(data)
+        self.wfile = socketserver._SocketWriter(self.connection)  # type: ignore[attr-defined]
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
+        log.debug("%s " + format, self.address_string(), *args)
+
+    def reply_json(self, code: int, body: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def body(self) -> bytes | None:
+        """The request's body (whole: the intake waited for it, within its
+        `max_body`), or None when it has no Content-Length (answer 411)."""
+        try:
+            length = int(self.headers.get("Content-Length", ""))
+        except ValueError:
+            return None
+        return self.rfile.read(length) if length >= 0 else None
 
 
 @dataclass
@@ -87,8 +141,10 @@ class Intake:
         max_pending: int = 1024,
         max_handlers: int = 512,
         max_body: int = 64 << 20,
+        refusals: Refusals | None = None,
     ):
         self.handle, self.deadline_s, self.max_pending, self.max_body = handle, deadline_s, max_pending, max_body
+        self.refusals = refusals or Refusals()
         self.handlers = threading.BoundedSemaphore(max_handlers)
         self.listener = socket.create_server(address, backlog=1024)
         self.listener.setblocking(False)
@@ -124,7 +180,7 @@ class Intake:
             now = time.monotonic()
             for arrival in [a for a in self.pending.values() if a.deadline <= now]:
                 self.counts.timed_out += 1
-                self._drop(arrival, TIMED_OUT)
+                self._drop(arrival, self.refusals.timed_out)
 
     def _accept(self) -> None:
         while True:
@@ -139,7 +195,7 @@ class Intake:
             if len(self.pending) >= self.max_pending:  # the slowest makes room for the newcomer
                 oldest = min(self.pending.values(), key=lambda a: a.deadline)
                 self.counts.evicted += 1
-                self._drop(oldest, TIMED_OUT)
+                self._drop(oldest, self.refusals.timed_out)
             sock.setblocking(False)
             arrival = _Arrival(sock, addr, time.monotonic() + self.deadline_s)
             self.pending[sock] = arrival
@@ -160,11 +216,11 @@ class Intake:
             end = a.data.find(b"\r\n\r\n")
             if end < 0:
                 if len(a.data) > MAX_HEAD:
-                    self._drop(a, TOO_LARGE)
+                    self._drop(a, self.refusals.too_large)
                 return
             a.need = end + 4 + _content_length(bytes(a.data[:end]))
             if a.need - end - 4 > self.max_body:
-                self._drop(a, TOO_LARGE)
+                self._drop(a, self.refusals.too_large)
                 return
         if len(a.data) >= a.need:
             self._dispatch(a)
@@ -174,7 +230,7 @@ class Intake:
         del self.pending[a.sock]
         if not self.handlers.acquire(blocking=False):
             self.counts.busy += 1
-            self._close(a.sock, BUSY)
+            self._close(a.sock, self.refusals.busy)
             return
         self.counts.handled += 1
         data = bytes(a.data[: a.need])

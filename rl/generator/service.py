@@ -36,11 +36,9 @@ is produced by exactly one version, which it names.
 from __future__ import annotations
 
 import hmac
-import io
 import json
 import logging
 import socket
-import socketserver
 import threading
 import time
 from collections import deque
@@ -52,7 +50,7 @@ from pydantic import ValidationError
 
 from rl.engine import BadRequest, Completion, Engine, check_prompts
 from rl.engine.config import SamplingParams
-from rl.generator.intake import Intake
+from rl.generator.intake import Intake, WholeRequestHandler
 
 log = logging.getLogger("sarl.generator")
 MAX_BODY = 64 << 20
@@ -357,17 +355,7 @@ class GeneratorServer:
 
 
 def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        """Answers one request that arrived whole (rl.generator.intake):
-        `request` is (the socket, the request's bytes)."""
-
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            self.connection, data = self.request
-            self.rfile = io.BytesIO(data)
-            self.wfile = socketserver._SocketWriter(self.connection)  # type: ignore[attr-defined]
-
+    class Handler(WholeRequestHandler):
         def _authorized(self) -> bool:
             given = self.headers.get("Authorization", "")
             ok = hmac.compare_digest(given.encode(), f"Bearer {server.token}".encode())
@@ -376,19 +364,9 @@ def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
                 self._reply(401, {"error": "missing or wrong run secret (Authorization: Bearer ...)"})
             return ok
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (the base class's name)
-            log.debug("%s " + format, self.address_string(), *args)
-
         def _reply(self, code: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
-            self.send_response(code)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("Connection", "close")
-            if code == 503:
-                self.send_header("Retry-After", str(int(body.get("retry_after_s", 1))))
-            self.end_headers()
-            self.wfile.write(data)
+            retry = {"Retry-After": str(int(body.get("retry_after_s", 1)))} if code == 503 else None
+            self.reply_json(code, body, retry)
 
         def do_GET(self) -> None:
             if not self._authorized():
@@ -404,19 +382,10 @@ def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
             if self.path != "/generate":
                 self._reply(404, {"error": f"no such path {self.path!r}: GET /health, POST /generate"})
                 return
-            try:
-                length = int(self.headers.get("Content-Length", ""))
-            except ValueError:
-                length = -1
-            if length < 0:
-                self.close_connection = True
+            body = self.body()
+            if body is None:
                 self._reply(411, {"error": "a Content-Length header (a number >= 0) is required"})
                 return
-            if length > MAX_BODY:
-                self.close_connection = True
-                self._reply(413, {"error": f"body of {length} bytes exceeds {MAX_BODY}"})
-                return
-            body = self.rfile.read(length)  # whole: the intake waited for it
             try:
                 prompts, params = self._parse(body)
             except BadRequest as e:

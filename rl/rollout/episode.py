@@ -30,7 +30,7 @@ from typing import Any
 from rl.agent.config import AgentConfig, EnvironmentSpecError, load_environment
 from rl.agent.env import EnvContext, EnvironmentFailed, Final
 from rl.agent.tokens import ObservationTokens, Trajectory
-from rl.agent.tools import protocol_text, template_has_tools
+from rl.agent.tools import with_tools
 from rl.engine import Completion
 from rl.engine.config import SamplingParams
 from rl.model import chat_ids, stop_ids
@@ -115,16 +115,7 @@ def run_episode(
         raise EnvironmentFailed(str(e)) from None
     env = _guard(f"{kind}(ctx)", cls, EnvContext(task, sandbox, verifier, cfg, left, tokenizer))
     start = _guard(f"{kind}.reset", env.reset, task)
-    native = template_has_tools(tokenizer)
-    messages = list(start.messages)
-    if start.tools and not native:  # the one text format, in the system message
-        text = protocol_text(start.tools)
-        if messages and messages[0].get("role") == "system":
-            messages[0] = {**messages[0], "content": messages[0]["content"] + "\n\n" + text}
-        else:
-            messages.insert(0, {"role": "system", "content": text})
-    schemas = [t.schema() for t in start.tools] if start.tools and native else None
-    role = "tool" if start.tools and native else "user"
+    messages, schemas, role = with_tools(list(start.messages), [t.schema() for t in start.tools], tokenizer)
     obs = ObservationTokens(tokenizer)
     traj = Trajectory.start(chat_ids(tokenizer, messages, tools=schemas))
     timings = {"generate_s": 0.0, "execute_s": 0.0, "verify_s": 0.0}

@@ -1,0 +1,1 @@
+"""The OpenAI-compatible endpoint: requests, rendering, token capture, serving."""

@@ -1,0 +1,101 @@
+"""OpenAI messages to prompt ids, and sampled ids back to an OpenAI reply.
+
+The prompt is rendered by `rl.model.chat_ids`, the one chat-template
+rendering rollouts use, with tools offered as rollouts offer them
+(`rl.agent.tools.with_tools`): to a template that renders tools, or in the
+system message in the Hermes `<tool_call>` format. A reply's calls are
+read in that same format.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from rl.agent.tools import call_text, split_calls, template_has_tools, with_tools
+from rl.gateway.api import ChatRequest
+
+
+def conversation(req: ChatRequest) -> list[dict[str, Any]]:
+    """The request's messages in one plain form (`developer` as `system`,
+    content parts joined, each call as name and parsed arguments): what is
+    rendered, and what tells a conversation that goes on from one that
+    does not (rl.gateway.capture)."""
+    out = []
+    for m in req.messages:
+        d: dict[str, Any] = {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+        if m.role == "assistant" and m.tool_calls:
+            d["tool_calls"] = [{"name": c.function.name, "arguments": c.function.parsed()} for c in m.tool_calls]
+        out.append(d)
+    return out
+
+
+def reply_message(content: str, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """A reply in the plain form of `conversation`."""
+    d: dict[str, Any] = {"role": "assistant", "content": content}
+    if calls:
+        d["tool_calls"] = [{"name": n, "arguments": a} for n, a in calls]
+    return d
+
+
+def template_messages(
+    conv: list[dict[str, Any]], tools: list[dict[str, Any]] | None, tokenizer: Any, raw: dict[str, str] | None = None
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]] | None]:
+    """(messages for the chat template, declarations for it). `raw`: the
+    exact text sampled for replies this endpoint gave, by their plain form's
+    JSON; such a reply sent back is rendered as it was sampled."""
+    native = template_has_tools(tokenizer)
+    out: list[dict[str, Any]] = []
+    for d in conv:
+        if d["role"] == "assistant" and raw and (text := raw.get(json.dumps(d, sort_keys=True))) is not None:
+            out.append({"role": "assistant", "content": text})
+        elif d["role"] == "assistant" and d.get("tool_calls"):
+            if native:
+                calls = [{"type": "function", "function": c} for c in d["tool_calls"]]
+                out.append({"role": "assistant", "content": d["content"], "tool_calls": calls})
+            else:
+                text = "".join(call_text(c["name"], c["arguments"]) for c in d["tool_calls"])
+                out.append({"role": "assistant", "content": (d["content"] + "\n" if d["content"] else "") + text})
+        elif d["role"] == "tool":
+            out.append({"role": "tool" if native and tools else "user", "content": d["content"]})
+        else:
+            out.append({"role": d["role"], "content": d["content"]})
+    messages, schemas, _ = with_tools(out, tools or [], tokenizer)
+    return messages, schemas
+
+
+def pieces(tokenizer: Any, ids: list[int]) -> list[str]:
+    """The text each sampled id adds (special tokens add none); joined, they
+    are the decoded reply. An id that ends inside a character adds nothing,
+    and the id that completes it adds the character."""
+    out, before = [], ""
+    for i in range(len(ids)):
+        now = tokenizer.decode(ids[: i + 1], skip_special_tokens=True)
+        if now.endswith("\ufffd"):
+            out.append("")
+            continue
+        out.append(now[len(before) :])
+        before = now
+    return out
+
+
+def trimmed(text: str, stops: list[str]) -> str:
+    """`text` without the stop string the engine ended it on (the engines
+    keep it; the API does not)."""
+    for s in stops:
+        if s and text.endswith(s):
+            return text[: -len(s)]
+    return text
+
+
+def reply(text: str, with_calls: bool) -> tuple[str | None, list[dict[str, Any]], list[tuple[str, dict[str, Any]]]]:
+    """(content, tool_calls in the API's form, the calls) of a reply."""
+    if not with_calls:
+        return text, [], []
+    content, calls = split_calls(text)
+    api = [
+        {"id": "call_" + secrets.token_hex(12), "type": "function", "function": {"name": n, "arguments": json.dumps(a)}}
+        for n, a in calls
+    ]
+    return (content or None) if calls else content, api, calls
