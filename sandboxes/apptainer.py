@@ -28,6 +28,9 @@ from typing import Any
 from sandboxes.base import ExecResult, SandboxError
 from sandboxes.config import ApptainerBackend, Limits, SandboxConfig
 
+FIXED_ENV = {"PYTHONHASHSEED": "0"}
+"""Set in every command, as the bubblewrap sandbox sets it: a verdict is
+reproducible (a set's order of strings must not change between runs)."""
 CONTAIN = ["--containall", "--cleanenv", "--no-home", "--net", "--network", "none", "--writable-tmpfs"]
 
 
@@ -131,7 +134,7 @@ class ApptainerSandbox:
             command,
             return_result=True,
             quiet=True,
-            options=[f"--env={k}={v}" for k, v in (env or {}).items()] or None,
+            options=[f"--env={k}={v}" for k, v in {**FIXED_ENV, **(env or {})}.items()],
         )
         return _result(res, t0)
 

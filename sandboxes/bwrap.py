@@ -76,7 +76,10 @@ class BwrapSandbox:
                 )
                 for i, path in enumerate(self.preload):  # trusted code the resident compiles once
                     cmd.options += ["--ro-bind", str(Path(path).resolve()), f"{resident.PRELOAD}/{i}.py"]
-                argv = cmd.argv([resident_python, "-I", "-B", RESIDENT_INSIDE], fds)
+                # -s, not -I: bubblewrap cleared the environment, and -I's -E would ignore the one
+                # variable set for the resident, PYTHONHASHSEED (its forks run the tests: a verdict
+                # must not depend on a set's order of strings)
+                argv = cmd.argv([resident_python, "-s", "-B", RESIDENT_INSIDE], fds)
                 self.proc = subprocess.Popen(
                     entered(argv, self.slot, self.cg),
                     stdin=subprocess.PIPE,

@@ -262,6 +262,9 @@ def bwrap_argv(
         "--setenv",
         "PYTHONDONTWRITEBYTECODE",
         "1",
+        "--setenv",  # a verdict is reproducible: a set's order of strings must not change between runs
+        "PYTHONHASHSEED",
+        "0",
         "--chdir",
         resident.WORK,
     ]

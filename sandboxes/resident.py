@@ -396,7 +396,13 @@ def _run(header, payload, code=None):
     }, out + err
 
 
-BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": WORK, "LANG": "C.UTF-8", "PYTHONDONTWRITEBYTECODE": "1"}
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": WORK,
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",  # a verdict is reproducible: a set's order of strings must not change between runs
+}
 
 
 _CODE = {}  # type: dict[str, types.CodeType]
@@ -457,7 +463,7 @@ def _start_over():
         keys.clear_user_keyrings()
     except Exception:  # noqa: S110 (best effort: an unknown architecture has no keyring calls here)
         pass
-    os.execv(sys.executable, getattr(sys, "orig_argv", [sys.executable, "-I", "-B", os.path.abspath(__file__)]))
+    os.execv(sys.executable, getattr(sys, "orig_argv", [sys.executable, "-s", "-B", os.path.abspath(__file__)]))
 
 
 _EOF, _RESTART = 3, 4

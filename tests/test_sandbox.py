@@ -614,3 +614,19 @@ def test_pool_refill_outlives_a_node_without_free_slots(monkeypatch: pytest.Monk
         assert pool.ready.qsize() == 1 and pool.last_error == ""
     finally:
         pool.close()
+
+
+def test_a_set_of_strings_has_the_same_order_in_every_sandbox() -> None:
+    """Python salts its string hashes per process unless PYTHONHASHSEED is
+    set: a buggy `list(set(words))` then passed a test in one verification
+    and failed it in the next, so that an untouched workspace outscored its
+    own floor. Every sandbox's Python (the resident's forks, a fresh
+    interpreter) hashes the same way."""
+    code = "print(hash('sarl'), list({'b', 'a', 'c', 'd'}))"
+    seen = set()
+    for _ in range(3):
+        with BwrapSandbox(SandboxConfig(limits=SMALL)) as box:
+            seen.add(box.run_snippet(code).stdout)
+            r = box.exec(["python3", "-c", code])
+            seen.add(r.stdout)
+    assert len(seen) == 1, seen

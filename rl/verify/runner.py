@@ -251,7 +251,8 @@ class Child:
             r_out, w_out = os.pipe()
             r_in, w_in = os.pipe()
             r_ev, w_ev = os.pipe()
-            argv = [python, "-I", "-S", "-c", CHILD, str(w_out), str(r_in), entry_point, str(w_ev), json.dumps(trusted)]
+            # the sandbox's own environment (PYTHONHASHSEED fixed), which -I would ignore
+            argv = [python, "-s", "-S", "-c", CHILD, str(w_out), str(r_in), entry_point, str(w_ev), json.dumps(trusted)]
             self.proc = subprocess.Popen(  # type: ignore[assignment]
                 argv,
                 stdin=subprocess.DEVNULL,
