@@ -188,6 +188,7 @@ def test_runs_unprivileged_with_a_clean_environment(sb: BwrapSandbox) -> None:
         "HOME",
         "LANG",
         "PYTHONDONTWRITEBYTECODE",
+        "PYTHONHASHSEED",
         "PWD",
         "LC_CTYPE",
     }
