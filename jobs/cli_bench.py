@@ -95,6 +95,14 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--model", default=None, help="base model checkpoint folder (default: the built-in SmolLM2-135M)")
     b.add_argument("--timeout", type=float, default=3600, help="seconds each run may take")
     b.add_argument("--max-staleness", type=int, default=2, help="async mode's bound, in versions (>= 1)")
+    b = bench(
+        "endpoint",
+        "requests/s and tokens/s through the OpenAI endpoint vs the native token protocol, concurrency 1 and 16",
+        "4 and 16 requests of 24 tokens, once",
+    )
+    b.add_argument("--engine", choices=["vllm", "hf"], default="vllm")
+    b.add_argument("--max-tokens", type=int, default=None, help="tokens per reply at most (default: 24 quick, 64)")
+    b.add_argument("--model", default=None, help="checkpoint folder (default: the built-in SmolLM2-135M)")
     b = bench("submit", "submit a 1,000-task array through sarl vs plain sbatch --array", "fewer repetitions")
     b.add_argument("--tasks", type=int, default=1000)
     b.add_argument("--partition", default=None)

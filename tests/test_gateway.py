@@ -382,3 +382,35 @@ def test_sarl_serve_refuses_what_it_cannot_serve(tmp_path: Path, tiny_model: Pat
         p = _serve(args, {})
         _, err = p.communicate(timeout=120)
         assert p.returncode != 0 and says in err, err
+
+
+@pytest.mark.slow
+def test_bench_endpoint_measures_each_way_beside_the_native_protocol(tmp_path: Path) -> None:
+    p = subprocess.run(
+        [sys.executable, "-m", "jobs.cli", "bench", "endpoint", "--quick", "--engine", "hf", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        cwd=Path(__file__).parents[1],
+    )
+    assert p.returncode == 0, p.stderr[-2000:]
+    got = json.loads(p.stdout)
+    for c in ("c1", "c16"):
+        assert set(got[c]) == {"native", "openai_serve", "openai_run"}
+        assert all(w["tokens_per_s"] > 0 and w["requests_per_s"] > 0 for w in got[c].values())
+    native = got["c16"]["native"]["tokens_per_s"]
+    assert got["ratio_c16"]["serve"] == pytest.approx(got["c16"]["openai_serve"]["tokens_per_s"] / native, abs=1e-3)
+
+
+def test_each_sampled_id_adds_its_text_and_together_they_are_the_reply(tiny_model: Path) -> None:
+    """Stream chunks and log-prob tokens come from `pieces`: a character
+    split over several ids (emoji, CJK) comes whole with the id that ends it."""
+    from rl.gateway.render import pieces
+    from rl.model import load_tokenizer
+
+    tok = load_tokenizer(tiny_model)
+    text = "héllo wörld 日本語 🙂  def f(x):\n    return x  # ok"
+    ids = tok.encode(text, add_special_tokens=False) + [tok.convert_tokens_to_ids("<|im_end|>")]
+    got = pieces(tok, ids)
+    assert len(got) == len(ids) and "".join(got) == text and got[-1] == ""
+    assert "\ufffd" not in "".join(got) and any(p == "" for p in got[:-1])  # a split character waits for its end
