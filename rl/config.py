@@ -426,6 +426,15 @@ def validate_config(
             where = f"{source}: rollout.tasks_file" + (f"[{i}]" if len(files) > 1 else "")
             files[i] = _resolve_file(f, base, where)
         _check_tasks(files, f"{source}: rollout.tasks_file")
+        harness = cfg.rollout.agent.harness
+        if harness is not None:
+            for name, f in harness.files.items():
+                harness.files[name] = _resolve_file(f, base, f"{source}: rollout.agent.harness.files.{name}")
+            if cfg.run.mode == "sync":
+                raise ConfigError(
+                    f"{source}: rollout.agent.harness: a harness program's calls are not held to one round's "
+                    "version; use run.mode = 'async'"
+                )
     loss = cfg.learner.loss if cfg.learner is not None else None
     if loss is not None and loss.type == "sft" and loss.tasks_file is not None:
         loss.tasks_file = _resolve_file(loss.tasks_file, base, f"{source}: learner.loss.tasks_file")

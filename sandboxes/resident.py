@@ -396,8 +396,11 @@ def _run(header, payload, code=None):
     }, out + err
 
 
+_BIN = os.path.dirname(sys.executable)
 BASE_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    # the runtime's interpreter first: `python3` in a command is the one the sandbox runs (runtime venv:
+    # sarl's, with `sandbox.packages`), not Debian's
+    "PATH": ":".join(dict.fromkeys([_BIN, "/usr/local/bin", "/usr/bin", "/bin"])),
     "HOME": WORK,
     "LANG": "C.UTF-8",
     "PYTHONDONTWRITEBYTECODE": "1",

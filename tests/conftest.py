@@ -255,11 +255,11 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def hf_worker(
-    root: Path, name: str, tasks_file: Path, tiny_model: Path, rollout: dict[str, Any]
+    root: Path, name: str, tasks_file: Path, tiny_model: Path, rollout: dict[str, Any], **sections: Any
 ) -> tuple[Any, Any, dict]:
     """A real rollout Worker of run `name` under `root`, for the tiny model on
-    the HF engine (started by the test), with `rollout`'s settings: the
-    worker, its config and its state."""
+    the HF engine (started by the test), with `rollout`'s settings and any
+    other `sections` of the config: the worker, its config and its state."""
     from rl.config import validate_config
     from rl.rollout.worker import Worker
     from rl.run.role import context_of
@@ -270,6 +270,7 @@ def hf_worker(
         "model": {"path": str(tiny_model), "dtype": "float32"},
         "generator": {"engine": {"type": "hf", "max_model_len": 1024}},
         "rollout": {"tasks_file": str(tasks_file), **rollout},
+        **sections,
     }
     cfg = validate_config(raw, "test", cluster="local", base_dir=root)
     (cfg.run_dir / "endpoints").mkdir(parents=True)

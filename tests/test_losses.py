@@ -90,3 +90,22 @@ def test_correction_caps_weights_masks_out_of_band_tokens_and_measures_the_misma
     assert same.mismatch_kl == 0.0 and same.weights.tolist() == [[1.0, 1.0, 1.0]]
     seq = correct(old, behaviour, mask, Correction(mask="sequence"))  # geometric mean 0.91: kept whole
     assert seq.mask.tolist() == [[1.0, 1.0, 1.0]] and seq.weights.tolist()[0][1] == 2.0
+
+
+def test_an_episode_of_several_samples_weighs_in_its_group_as_one() -> None:
+    """An endpoint session whose ids drifted comes as several samples of one
+    episode: its group's mean counts it once, and its samples share its
+    advantage. Rewards [1 (two samples), 0, 0]: mean 1/3, not 1/2."""
+    import numpy as np
+
+    from rl.learner.trainer import episode_advantages
+    from rl.store import Sample
+
+    def s(ep: str, reward: float) -> Sample:
+        z = np.zeros(3, dtype=np.int32)
+        return Sample("t", 5, 0, z, np.ones(3, dtype=np.uint8), z.astype(np.float32), reward, episode_id=ep)
+
+    got = episode_advantages(DrGRPO(), [s("5/0", 1.0), s("5/0", 1.0), s("5/1", 0.0), s("5/2", 0.0)])
+    assert got.tolist() == pytest.approx([2 / 3, 2 / 3, -1 / 3, -1 / 3])
+    plain = episode_advantages(DrGRPO(), [s("", 1.0), s("", 1.0), s("", 0.0), s("", 0.0)])
+    assert plain.tolist() == pytest.approx([0.5, 0.5, -0.5, -0.5])  # no identity: each sample its own

@@ -94,6 +94,32 @@ SYSTEM_PROMPT = (
 )
 
 
+class HarnessConfig(Section):
+    """Your own agent program plays each episode (docs/endpoint.md): it runs
+    in the episode's sandbox, in the work dir that holds the task's files,
+    and calls the policy through the OpenAI API at `OPENAI_BASE_URL` with
+    `OPENAI_API_KEY`, a key scoped to its episode (`OPENAI_MODEL` names the
+    model). The task is in `SARL_TASK` (its first user message) and
+    `SARL_SYSTEM`; `SARL_SEED`, `SARL_MAX_TOKENS`, `SARL_TEMPERATURE` and
+    `SARL_MAX_TURNS` carry the agent's settings for a program that wants them.
+    When it exits, or at the episode's deadline, the work dir is verified as
+    the task's environment verifies it; the sandbox reaches the endpoint and
+    nothing else."""
+
+    command: list[str] = Field(min_length=1)
+    """The program's command line, run in the work dir (`["python3", "agent.py"]`)."""
+    files: dict[str, Path] = Field(default_factory=dict)
+    """Files copied into the work dir before it runs: name there -> a file here."""
+
+    @field_validator("files")
+    @classmethod
+    def _files(cls, v: dict[str, Path]) -> dict[str, Path]:
+        for name in v:
+            if not name or name.startswith("/") or ".." in Path(name).parts:
+                raise ValueError(f"{name!r}: a name inside the work dir (relative, without '..')")
+        return v  # each file is found relative to the config's folder (rl.config)
+
+
 class AgentConfig(Section):
     """How an episode talks to the policy: prompts, turns and budgets."""
 
@@ -120,6 +146,11 @@ class AgentConfig(Section):
     """The environment that plays every task: a built-in kind (`function`,
     `workspace`, `sql`, `node`) or your own `module:Class` (docs/environments.md). Empty:
     each task's own `environment`."""
+
+    harness: HarnessConfig | None = None
+    """An agent program of your own plays each episode through the OpenAI
+    API, instead of sarl's turn loop (`[rollout.agent.harness]`). Its
+    environment's tools are not offered: the program brings its own."""
 
     @field_validator("environment")
     @classmethod

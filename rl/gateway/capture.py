@@ -97,7 +97,18 @@ class Session:
     conversations: list[list[dict[str, Any]]] = field(default_factory=list)
     """Each answered choice's messages with its reply: what a call that goes
     on with the conversation sends again."""
+    infra: list[str] = field(default_factory=list)
+    """Why calls failed on the endpoint's side (no generator, an engine
+    error): an episode with any is an infrastructure failure, never scored."""
+    generate_s: float = 0.0
+    """Seconds its calls spent being sampled (or waiting for a generator)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def served(self, seconds: float, failure: str = "") -> None:
+        with self.lock:
+            self.generate_s += seconds
+            if failure:
+                self.infra.append(failure)
 
     def continues(self, messages: list[dict[str, Any]]) -> bool:
         with self.lock:

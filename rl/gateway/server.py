@@ -110,6 +110,12 @@ class Gateway:
     def stop(self) -> None:
         self.intake.stop()
 
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
     @property
     def url(self) -> str:
         host = "127.0.0.1" if self.bind in ("0.0.0.0", "") else self.bind
@@ -161,7 +167,7 @@ class Gateway:
             except Exception as e:  # the template refused the conversation (a role it does not know, ...)
                 raise ApiError(400, f"messages: the chat template cannot render them: {e}", param="messages") from None
         params = self._sampling(req, len(ids), req.limit(), stops, "messages")
-        version, outputs = self.backend.generate([ids], params)
+        version, outputs = self._generate([ids], params, session)
         with self.tok_lock:
             choices, chunks = [], []
             continues = session.continues(conv) if session else False
@@ -196,6 +202,20 @@ class Gateway:
             stream.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
         return response, stream
 
+    def _generate(self, prompts: list[list[int]], params: SamplingParams, session: Session | None) -> Any:
+        """The backend's answer; a session counts the time, and a failure on
+        this side (5xx: no generator, an engine error) as its own."""
+        t0 = time.monotonic()
+        try:
+            out = self.backend.generate(prompts, params)
+        except ApiError as e:
+            if session is not None:
+                session.served(time.monotonic() - t0, e.message if e.status >= 500 else "")
+            raise
+        if session is not None:
+            session.served(time.monotonic() - t0)
+        return out
+
     def _remember(self, said: dict[str, Any], text: str) -> None:
         """Keep the exact text of a reply that differs from its rendering, so
         that when it is sent back it renders as sampled (fewer re-tokenisation
@@ -219,7 +239,7 @@ class Gateway:
                 400, f"{len(prompts)} prompts x n {req.n} is more than this endpoint's {self.max_n}", param="prompt"
             )
         params = self._sampling(req, max(len(p) for p in prompts), req.max_tokens, stops, "prompt")
-        version, outputs = self.backend.generate(prompts, params)
+        version, outputs = self._generate(prompts, params, session)
         choices, chunks = [], []
         with self.tok_lock:
             for i, row in enumerate(outputs):

@@ -111,6 +111,24 @@ def _minibatches(samples: list[Sample], k: int) -> list[list[Sample]]:
     return [[s for g in order[i::k] for s in g] for i in range(k)]
 
 
+def episode_advantages(loss_cfg: Any, samples: list[Sample]) -> torch.Tensor:
+    """Each sample's advantage, from its group's rewards counted once per
+    episode: an episode may come as several samples (an endpoint session
+    whose re-rendered prompts drifted from the sampled ids, rl.gateway.capture),
+    and must weigh in its group as one. Its samples share its advantage;
+    its length is theirs together."""
+    key: dict[tuple[int, str], int] = {}
+    which = [key.setdefault((s.group_id, s.episode_id or f"#{i}"), len(key)) for i, s in enumerate(samples)]
+    rewards = torch.zeros(len(key), dtype=torch.float64)
+    groups = torch.zeros(len(key), dtype=torch.long)
+    lengths = torch.zeros(len(key), dtype=torch.long)
+    for s, k in zip(samples, which, strict=True):
+        rewards[k], groups[k] = s.reward, s.group_id
+        lengths[k] += int(np.asarray(s.loss_mask).sum())
+    adv = loss_cfg.advantages(rewards, groups, lengths).float()
+    return adv[torch.tensor(which, dtype=torch.long)]
+
+
 class Trainer:
     def __init__(self, model_path: str, lc: LearnerRole, rendezvous: Path | None = None):
         import deepspeed
@@ -188,11 +206,9 @@ class Trainer:
         cannot bind; with several it does. None (the step is not applied:
         the caller rolls back) when a loss or a gradient is not finite.
         Figures are the mean over the updates."""
-        loss_cfg = self.lc.loss
+        adv = episode_advantages(self.lc.loss, samples)
         rewards = torch.tensor([s.reward for s in samples], dtype=torch.float64)
-        groups = torch.tensor([s.group_id for s in samples])
         lengths = torch.tensor([int(np.asarray(s.loss_mask).sum()) for s in samples])
-        adv = loss_cfg.advantages(rewards, groups, lengths).float()
         index = {id(s): i for i, s in enumerate(samples)}
         updates = self.lc.ppo_epochs * self.lc.minibatches
         proximal = self._proximal(samples) if updates > 1 else None

@@ -39,7 +39,8 @@ from rl.tasks.format import Task
 Generate = Callable[[list[int], SamplingParams], tuple[Completion, int]]
 """Sample one completion of a prompt: (the completion, the weight version that sampled it)."""
 
-ENDS = ("examples-pass", "submitted", "max-turns", "token-budget", "deadline")
+ENDS = ("examples-pass", "submitted", "max-turns", "token-budget", "deadline", "exited")
+"""`exited`: a harness episode's program ended by itself (rl.rollout.harness)."""
 
 
 @dataclass
@@ -68,6 +69,12 @@ class Episode:
     """Tool calls the policy made, valid or not."""
     tool_failures: Counter[str] = field(default_factory=Counter)
     """How many of each failure (rl.agent.tools.TOOL_FAILURES) its calls met."""
+    more: list[tuple[Trajectory, float]] = field(default_factory=list)
+    """Further samples of the episode, each with its temperature: a harness
+    episode's calls whose rendered prompts did not extend the ids sampled
+    before (rl.gateway.capture). Native episodes have none."""
+    retokenized: int = 0
+    """How many of its calls began a sample of their own that way."""
 
 
 def _guard(what: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -68,25 +68,29 @@ class GroupResult:
 
 
 def to_samples(result: GroupResult) -> list[Sample]:
+    """Each episode's samples: one, or more for a harness episode whose
+    rendered prompts drifted from its sampled ids, all with its reward."""
     out = []
     for ep in result.episodes:
-        a = ep.trajectory.arrays()
-        sampled = a["versions"][a["versions"] >= 0]
-        out.append(
-            Sample(
-                task_id=result.task.task_id,
-                group_id=result.group,
-                policy_version=int(sampled.min()) if sampled.size else 0,
-                tokens=a["tokens"],
-                loss_mask=a["loss_mask"],
-                logprobs=a["logprobs"],
-                reward=float(ep.verdict.reward) if ep.verdict is not None else 0.0,
-                checks=ep.verdict.sample_checks(),
-                timings={k: round(v, 4) for k, v in ep.timings.items()},
-                failure=failure_of(ep),
-                versions=a["versions"],
-                episode_id=ep.episode_id,
-                temperature=ep.temperature,
+        for traj, temperature in [(ep.trajectory, ep.temperature), *ep.more]:
+            a = traj.arrays()
+            sampled = a["versions"][a["versions"] >= 0]
+            out.append(
+                Sample(
+                    task_id=result.task.task_id,
+                    group_id=result.group,
+                    policy_version=int(sampled.min()) if sampled.size else 0,
+                    tokens=a["tokens"],
+                    loss_mask=a["loss_mask"],
+                    logprobs=a["logprobs"],
+                    reward=float(ep.verdict.reward) if ep.verdict is not None else 0.0,
+                    checks=ep.verdict.sample_checks(),
+                    timings={k: round(v, 4) for k, v in ep.timings.items()},
+                    failure=failure_of(ep),
+                    versions=a["versions"],
+                    episode_id=ep.episode_id,
+                    temperature=temperature,
+                    retokenized=ep.retokenized,
+                )
             )
-        )
     return out

@@ -26,6 +26,7 @@ from rl.rollout.config import RolloutRole
 from rl.rollout.curves import Curves
 from rl.rollout.episode import Episode, run_episode
 from rl.rollout.group_request import GroupReplies
+from rl.rollout.harness import EndpointFailed, run_harness
 from rl.rollout.queue import TaskQueue
 from rl.rollout.samples import GroupResult, failure_of, to_samples
 from rl.store import Store
@@ -131,6 +132,8 @@ class Worker:
         self.loop_s = 0.0
         self._writer: Any = None
         self._curves: Curves | None = None
+        self.gateway: Any = None
+        """The OpenAI endpoint of harness episodes (rollout.agent.harness), else None."""
         self.shares = [self.index]
         """The shares of the groups this worker plays: its own, and those handed to it."""
         self.abandoned_before: set[int] = set()
@@ -186,8 +189,13 @@ class Worker:
         done = len(self.my_groups()) - len(todo)
         log.info("worker %d: shares %s, %d groups to play, %d done", self.index, self.shares, len(todo), done)
         self.started = time.monotonic()
+        self.gateway = self._gateway() if self.rc.agent.harness is not None else None
+        sandbox = self.ctx.sandbox
+        if self.gateway is not None:  # a harness program reaches its endpoint, and nothing else
+            sandbox = sandbox.model_copy(update={"network": [*sandbox.network, f"127.0.0.1:{self.gateway.port}"]})
         with (
-            WarmPool(self.ctx.sandbox, size=min(self.rc.concurrency, 4)) as self.pool,
+            self.gateway if self.gateway is not None else contextlib.nullcontext(),
+            WarmPool(sandbox, size=min(self.rc.concurrency, 4)) as self.pool,
             Verifier(self.ctx.verify, sandbox=self.ctx.sandbox) as self.verifier,
             ThreadPoolExecutor(self.rc.concurrency) as self.ex,
         ):
@@ -203,6 +211,20 @@ class Worker:
 
             shares.finish(self.ctx.layout, self.index, self.shares)
         return self.summary()
+
+    def _gateway(self) -> Any:
+        """The OpenAI endpoint that this worker's harness programs call,
+        on this host's loopback, sampling through the generator client."""
+        import secrets
+
+        from rl.gateway.backends import ClientBackend
+        from rl.gateway.capture import Sessions
+        from rl.gateway.server import Gateway
+
+        assert self.rc.max_model_len is not None
+        backend = ClientBackend(self.client, self.rc.max_model_len, len(self.tokenizer))
+        token = secrets.token_urlsafe(24)  # no request uses it: each episode has its session's key
+        return Gateway(backend, self.tokenizer, model="policy", token=token, sessions=Sessions()).start()
 
     def loop(self, todo: list[int]) -> None:
         inflight = self.inflight
@@ -257,9 +279,8 @@ class Worker:
             if task is None:
                 continue  # abandoned, with its reason
             groups[g] = [None] * self.rc.group_size
-            first = (
-                GroupReplies(self.rc.group_size, episode_seed(self.ctx.seed, g, -1)) if self.rc.group_request else None
-            )
+            together = self.rc.group_request and self.rc.agent.harness is None  # a program asks by itself
+            first = GroupReplies(self.rc.group_size, episode_seed(self.ctx.seed, g, -1)) if together else None
             for i in range(self.rc.group_size):
                 inflight[self.ex.submit(self._episode, task, g, i, first)] = (g, i)
         return False
@@ -410,9 +431,14 @@ class Worker:
                 deadline = time.monotonic() + self.rc.episode_deadline_s
                 seed = episode_seed(self.ctx.seed, group, i)
                 agent = self.rc.agent
-                ep = run_episode(
-                    task, agent, generate, self.tokenizer, sb, self.verifier, max_len, deadline, seed, waited
-                )
+                if self.gateway is not None:
+                    ep = run_harness(
+                        task, agent, self.gateway, self.tokenizer, sb, self.verifier, deadline, seed, f"{group}/{i}"
+                    )
+                else:
+                    ep = run_episode(
+                        task, agent, generate, self.tokenizer, sb, self.verifier, max_len, deadline, seed, waited
+                    )
                 self.pool.give(sb)
                 ep.episode_id = f"{group}/{i}"
                 self.stats.count(episodes=1)
@@ -423,13 +449,13 @@ class Worker:
                     sb.close()
                 log.warning("episode %d/%d: environment failed: %s", group, i, e)
                 raise InfraFailure(f"environment: {e}") from None
-            except (NoGenerator, SandboxError) as e:
+            except (NoGenerator, SandboxError, EndpointFailed) as e:
                 if sb is not None:
                     sb.close()
                 if self.stopping.is_set():
                     raise Stopping() from None
                 self.stats.count(retries=1)
-                kind = "no-generator" if isinstance(e, NoGenerator) else "sandbox"
+                kind = {NoGenerator: "no-generator", EndpointFailed: "no-generator"}.get(type(e), "sandbox")
                 log.warning("episode %d/%d: %s (attempt %d): %s", group, i, kind, attempt + 1, e)
                 if attempt == self.rc.max_retries:
                     raise InfraFailure(f"{kind}: {e}") from None

@@ -101,6 +101,11 @@ class Sample:
     sampled at different temperatures (an agent's, an endpoint client's)
     train side by side."""
 
+    retokenized: int = 0
+    """Calls of the episode whose rendered prompt did not extend the ids
+    sampled before (an endpoint session's re-tokenisation drift,
+    rl.gateway.capture): each began a sample of its own."""
+
     def token_versions(self) -> np.ndarray:
         if self.versions is not None:
             return np.asarray(self.versions)
@@ -129,6 +134,8 @@ class RolloutBatch:
     committed_at: float
     episode_ids: list[str] = field(default_factory=list)
     """Each sample's episode identity; empty in batches written without them."""
+    retokenized: list[int] = field(default_factory=list)
+    """Each sample's `retokenized`; empty in batches written without them."""
 
     def __len__(self) -> int:
         return len(self.task_ids)
@@ -180,6 +187,7 @@ class RolloutBatch:
             failure=self.failures[i],
             episode_id=self.episode_ids[i] if self.episode_ids else "",
             temperature=float(self.temperature[i]),
+            retokenized=self.retokenized[i] if self.retokenized else 0,
         )
 
     def samples(self) -> list[Sample]:
@@ -301,6 +309,7 @@ class RolloutWriter:
             "task_ids": [s.task_id for s in samples],
             "failures": [s.failure for s in samples],
             "episode_ids": [s.episode_id for s in samples],
+            "retokenized": [int(s.retokenized) for s in samples],
         }
         return write_committed(
             self.path(seq),
@@ -441,6 +450,7 @@ class RolloutReader:
                 failures=list(attrs["failures"]),
                 committed_at=float(marker["committed_at"]),
                 episode_ids=list(attrs.get("episode_ids", [])),
+                retokenized=[int(x) for x in attrs.get("retokenized", [])],
             )
         except (KeyError, TypeError, ValueError) as e:
             raise CorruptData(f"{group / 'zarr.json'}: attributes lack what a batch has ({e})") from None

@@ -1,0 +1,155 @@
+"""Harness episodes (rl.rollout.harness): an agent program of the user's,
+written against the official `openai` package, plays each episode in its
+sandbox through the rollout worker's OpenAI endpoint. On real components:
+bubblewrap sandboxes, the HF engine on the tiny model, the generator
+service and client, the verifier, the store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).parents[1]
+AGENT = REPO / "examples" / "harness" / "react_agent.py"
+
+
+def _workspace_tasks(n: int) -> list[Any]:
+    from rl.tasks.workspaces import workspace_tasks
+
+    return workspace_tasks()[:n]
+
+
+def test_a_harness_episode_stores_exactly_the_ids_the_engine_sampled(tmp_path: Path, tiny_model: Path) -> None:
+    """The example ReAct agent plays 2 groups of 2 workspace tasks through a
+    real rollout worker. Every episode is committed once; each call's
+    sampled ids and log-probs in the store are those the engine gives its
+    prompt with the call's seed (sampled again over the native protocol)."""
+    from conftest import hf_worker
+
+    from rl.engine import make_engine
+    from rl.engine.config import SamplingParams
+    from rl.generator.client import GeneratorClient
+    from rl.generator.inprocess import serving
+    from rl.rollout.worker import episode_seed
+    from rl.tasks.format import write_tasks
+
+    tasks_file = tmp_path / "tasks.jsonl"
+    write_tasks(tasks_file, _workspace_tasks(2))
+    rollout = {
+        "groups": 2, "group_size": 2, "concurrency": 4, "max_retries": 0,
+        "agent": {"max_turns": 2, "max_tokens": 8, "temperature": 1.0,
+                  "harness": {"command": ["python3", "react_agent.py"], "files": {"react_agent.py": str(AGENT)}}},
+    }  # fmt: skip
+    sandbox = {"runtime": "venv", "packages": ["openai"]}
+    worker, cfg, _ = hf_worker(tmp_path, "harness", tasks_file, tiny_model, rollout, sandbox=sandbox)
+    engine = make_engine(cfg.generator.engine, cfg.model)
+    try:
+        with serving(engine, cfg.run_dir):
+            summary = worker.run()
+            reader = worker.store.reader()
+            samples = [s for k in reader.committed() for s in reader.read(k).samples()]
+            assert sorted(s.episode_id for s in samples) == ["0/0", "0/1", "1/0", "1/1"], summary
+            client = GeneratorClient(cfg.run_dir)
+            for s in samples:
+                group, i = map(int, s.episode_id.split("/"))
+                runs = _sampled_runs(s.loss_mask)
+                assert runs, f"episode {s.episode_id} made no call: {s.failure}"
+                for turn, (a, b) in enumerate(runs):
+                    seed = episode_seed(cfg.run.seed, group, i) + turn
+                    params = SamplingParams(temperature=1.0, max_tokens=8, seed=seed)
+                    again = client.generate([s.tokens[:a].tolist()], params).outputs[0][0]
+                    assert s.tokens[a:b].tolist() == again.token_ids[: b - a], (s.episode_id, turn)
+                    assert s.logprobs[a:b].tolist() == pytest.approx(again.logprobs[: b - a], abs=1e-4)
+                assert s.retokenized == 0 and s.failure in ("wrong-answer", "no-code", "crash", "")
+    finally:
+        engine.close()
+
+
+def _sampled_runs(mask: Any) -> list[tuple[int, int]]:
+    """The [start, end) of each run of 1s: one per call."""
+    out, start = [], None
+    for k, m in enumerate(list(mask) + [0]):
+        if m and start is None:
+            start = k
+        elif not m and start is not None:
+            out.append((start, k))
+            start = None
+    return out
+
+
+PROBE = """
+import json, os, socket, sys
+from openai import OpenAI
+
+got = {}
+r = OpenAI().chat.completions.create(model=os.environ["OPENAI_MODEL"], messages=[{"role": "user", "content": "hi"}],
+                                     max_tokens=3, seed=1)
+got["endpoint"] = r.usage.completion_tokens
+for name, port in (("generator", int(sys.argv[1])), ("elsewhere", 80)):
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+        got[name] = "reached"
+    except OSError as e:
+        got[name] = type(e).__name__
+try:
+    OpenAI(api_key="sk-guess").models.list()
+    got["other key"] = "accepted"
+except Exception as e:
+    got["other key"] = type(e).__name__
+print(json.dumps(got), file=sys.stderr)
+"""
+
+
+def test_a_harness_program_reaches_its_endpoint_with_its_own_key_and_nothing_else(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """Inside the sandbox the endpoint answers the episode's key; the
+    generator that serves it (on the same host) is not reachable, nor any
+    other port, and a made-up key is refused. The episode's one call is its
+    one sample; a closed session's key is refused afterwards."""
+    from rl.agent.config import AgentConfig
+    from rl.engine import make_engine
+    from rl.engine.config import HFEngineConfig
+    from rl.gateway.backends import ClientBackend
+    from rl.gateway.capture import Sessions
+    from rl.gateway.server import Gateway
+    from rl.generator.client import GeneratorClient
+    from rl.generator.inprocess import serving
+    from rl.model import ModelConfig, load_tokenizer
+    from rl.rollout.harness import run_harness
+    from rl.verify.config import VerifyConfig
+    from rl.verify.verifier import Verifier
+    from sandboxes.bwrap import BwrapSandbox
+    from sandboxes.config import SandboxConfig
+
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    engine = make_engine(HFEngineConfig(max_model_len=512), ModelConfig(path=str(tiny_model), dtype="float32"))
+    tok = load_tokenizer(tiny_model)
+    try:
+        with serving(engine, tmp_path) as server:
+            client = GeneratorClient(tmp_path)
+            with Gateway(
+                ClientBackend(client, 512, len(tok)), tok, model="policy", token="x", sessions=Sessions()
+            ) as gw:
+                gw.start()
+                agent = AgentConfig.model_validate(
+                    {"harness": {"command": ["python3", "probe.py", str(server.port)], "files": {"probe.py": probe}}}
+                )
+                box = SandboxConfig(runtime="venv", packages=["openai"], network=[f"127.0.0.1:{gw.port}"])
+                task = _workspace_tasks(1)[0]
+                with BwrapSandbox(box) as sb, Verifier(VerifyConfig()) as verifier:
+                    ep = run_harness(task, agent, gw, tok, sb, verifier, None, 7, "0/0")
+    finally:
+        engine.close()
+    out = ep.outcomes[0]
+    assert out["exit_code"] == 0, out
+    got = json.loads(out["stderr"].strip().splitlines()[-1])
+    assert got == {"endpoint": 3, "generator": "ConnectionRefusedError", "elsewhere": "ConnectionRefusedError",
+                   "other key": "AuthenticationError"}  # fmt: skip
+    assert ep.end == "exited" and ep.turns == 1 and ep.more == []
+    assert sum(ep.trajectory.loss_mask) == 3 and ep.verdict is not None and not ep.verdict.passed
+    assert gw.sessions.by_key("x") is None and not gw.sessions._open  # the episode's session is closed
