@@ -68,6 +68,15 @@ def test_a_harness_episode_stores_exactly_the_ids_the_engine_sampled(tmp_path: P
         engine.close()
 
 
+def _state(run: Path, role: str) -> dict:
+    from conftest import task_state
+
+    try:
+        return task_state(run, 0, role)
+    except (FileNotFoundError, ValueError):  # not written yet
+        return {}
+
+
 def _sampled_runs(mask: Any) -> list[tuple[int, int]]:
     """The [start, end) of each run of 1s: one per call."""
     out, start = [], None
@@ -153,3 +162,161 @@ def test_a_harness_program_reaches_its_endpoint_with_its_own_key_and_nothing_els
     assert ep.end == "exited" and ep.turns == 1 and ep.more == []
     assert sum(ep.trajectory.loss_mask) == 3 and ep.verdict is not None and not ep.verdict.passed
     assert gw.sessions.by_key("x") is None and not gw.sessions._open  # the episode's session is closed
+
+
+def _run_config(tasks_file: Path, tiny_model: Path, groups: int, learner: bool, recovery: bool = False) -> str:
+    learn = """
+[learner]
+steps = 1
+samples_per_step = 4
+micro_batches = 2
+poll_s = 0.2
+[learner.job]
+mem_gb = 6
+[learner.optimizer]
+lr = 1e-3
+"""
+    return f"""
+[run]
+name = "h"
+root = "runs"
+max_staleness = 1000
+seed = 3
+[run.recovery]
+enabled = {"true" if recovery else "false"}
+check_s = 2
+beat_s = 1
+[executor]
+type = "local"
+[model]
+path = "{tiny_model}"
+dtype = "float32"
+[sandbox]
+runtime = "venv"
+packages = ["openai"]
+[generator]
+poll_s = 0.5
+[generator.engine]
+type = "hf"
+max_model_len = 1024
+threads = 1
+[rollout]
+tasks_file = "{tasks_file}"
+groups = {groups}
+group_size = 2
+concurrency = 2
+batch_groups = 1
+groups_per_step = 2
+[rollout.agent]
+max_turns = 2
+max_tokens = 8
+temperature = 1.0
+[rollout.agent.harness]
+command = ["python3", "react_agent.py"]
+files = {{ "react_agent.py" = "{AGENT}" }}
+{learn if learner else ""}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.slurm
+def test_a_harness_run_on_slurm_trains_the_learner_on_the_sampled_ids(
+    workdir: Path, tiny_model: Path, slurm: None
+) -> None:
+    """Generator, rollout worker (the example agent in its sandbox, through
+    the endpoint), verifier, store and a learner step, as Slurm jobs. The
+    learner trains on the committed samples; each call's sampled ids and
+    log-probs are those the engine gives its prompt and seed (the tiny model
+    at version 0, one thread, as the generator ran it)."""
+    from conftest import sarl, task_state, wait_for, write_config
+
+    from rl.engine import make_engine
+    from rl.engine.config import HFEngineConfig, SamplingParams
+    from rl.model import ModelConfig
+    from rl.rollout.worker import episode_seed
+    from rl.store import Store
+    from rl.tasks.format import write_tasks
+
+    tasks_file = workdir / "tasks.jsonl"
+    write_tasks(tasks_file, _workspace_tasks(2))
+    cfg = write_config(workdir, _run_config(tasks_file, tiny_model, groups=2, learner=True))
+    sarl("submit", str(cfg), "--cluster", "slurm", cwd=workdir)
+    run = workdir / "runs" / "h"
+    try:
+        wait_for(lambda: _state(run, "learner").get("done"), 900, "the learner's step")
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+    learner = task_state(run, 0, "learner")
+    assert learner["result"]["step"] == 1 and learner["result"]["batches"] == 2, learner
+    store = Store(run / "store.zarr")
+    assert store.weights.latest() == 1
+    reader = store.reader()
+    samples = [s for k in reader.committed() for s in reader.read(k).samples()]
+    assert sorted(s.episode_id for s in samples) == ["0/0", "0/1", "1/0", "1/1"]
+    engine = make_engine(
+        HFEngineConfig(max_model_len=1024, threads=1), ModelConfig(path=str(tiny_model), dtype="float32")
+    )
+    try:
+        for s in samples:
+            group, i = map(int, s.episode_id.split("/"))
+            runs = _sampled_runs(s.loss_mask)
+            assert runs and set(s.versions[s.loss_mask == 1]) == {0}
+            for turn, (a, b) in enumerate(runs):
+                params = SamplingParams(temperature=1.0, max_tokens=8, seed=episode_seed(3, group, i) + turn)
+                again = engine.generate([s.tokens[:a].tolist()], params)[0][0]
+                assert s.tokens[a:b].tolist() == again.token_ids[: b - a], (s.episode_id, turn)
+                assert s.logprobs[a:b].tolist() == pytest.approx(again.logprobs[: b - a], abs=1e-4)
+    finally:
+        engine.close()
+
+
+@pytest.mark.slow
+def test_a_harness_worker_killed_mid_episode_commits_each_episode_once(workdir: Path, tiny_model: Path) -> None:
+    """The worker is SIGKILLed while its programs wait on the endpoint (the
+    generator stopped); recovery starts it again, and every episode is
+    committed exactly once: those in flight were never committed, and are
+    played again with new keys."""
+    import os
+    import signal
+    import time
+
+    from conftest import sarl, task_state, wait_for, write_config
+
+    from rl.store import Store
+    from rl.tasks.format import write_tasks
+
+    tasks_file = workdir / "tasks.jsonl"
+    write_tasks(tasks_file, _workspace_tasks(4))
+    cfg = write_config(workdir, _run_config(tasks_file, tiny_model, groups=6, learner=False, recovery=True))
+    sarl("submit", str(cfg), cwd=workdir)
+    run = workdir / "runs" / "h"
+    store = Store(run / "store.zarr")
+
+    def beat(role: str) -> dict:
+        try:
+            return json.loads((run / "heartbeats" / role / "task-000000.json").read_text())
+        except (FileNotFoundError, ValueError):
+            return {}
+
+    try:
+        wait_for(lambda: len(store.reader().committed()) >= 1, 600, "a first batch")
+        generator = beat("generator")["pid"]
+        os.kill(generator, signal.SIGSTOP)  # the programs in flight now wait on the endpoint
+        try:
+            wait_for(lambda: beat("rollout").get("inflight", 0) >= 1, 60, "episodes in flight")
+            before = len(store.reader().committed())
+            os.kill(beat("rollout")["pid"], signal.SIGKILL)
+            time.sleep(1.0)
+        finally:
+            os.kill(generator, signal.SIGCONT)
+        wait_for(lambda: _state(run, "rollout").get("done"), 900, "the restarted worker to finish")
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)
+    state = task_state(run, 0, "rollout")
+    assert len(state["starts"]) == 2, state["starts"]  # killed once, started again by recovery
+    reader = store.reader()
+    ids = [e for k in reader.committed() for e in reader.read(k).episode_ids]
+    abandoned = {int(g) for g in state.get("abandoned", {})}
+    want = sorted(f"{g}/{i}" for g in range(6) if g not in abandoned for i in range(2))
+    assert sorted(ids) == want and len(ids) == len(set(ids)), (ids, abandoned)
+    assert before < 6 and not abandoned

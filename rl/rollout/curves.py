@@ -21,8 +21,10 @@ log = logging.getLogger("sarl.rollout")
 
 
 class Curves:
-    def __init__(self, folder: Path, group_size: int):
+    def __init__(self, folder: Path, group_size: int, harness: bool = False):
         self.group_size = group_size
+        self.harness = harness
+        """Episodes are agent programs' sessions with the endpoint (rl.rollout.harness)."""
         self.tb: Any = None
         try:
             from torch.utils.tensorboard import SummaryWriter
@@ -71,6 +73,12 @@ class Curves:
             tb.add_scalar("rollout/tools/valid_share", tool_validity(calls, invalid), step)
             for why in TOOL_FAILURES:
                 tb.add_scalar(f"rollout/tools/{why}", sum(e.tool_failures[why] for e in episodes) / calls, step)
+        if self.harness:  # a program re-sends its history as text: how often did its rendering drift?
+            tb.add_scalar("rollout/harness/calls_per_episode", float(np.mean([e.turns for e in episodes])), step)
+            tb.add_scalar(
+                "rollout/harness/retokenized_per_episode", float(np.mean([e.retokenized for e in episodes])), step
+            )
+            tb.add_scalar("rollout/harness/samples_per_episode", len(samples) / len(episodes), step)
         tb.add_scalar("rollout/tokens", float(np.mean([len(e.trajectory) for e in episodes])), step)
         for t in ("generate_s", "execute_s", "verify_s"):
             tb.add_scalar(f"rollout/time/{t}", float(np.mean([e.timings.get(t, 0.0) for e in episodes])), step)

@@ -182,7 +182,7 @@ class Worker:
         )
         self._writer = self.store.writer(self.writer_id)
         self.store.given_up.sweep()
-        self._curves = Curves(self.ctx.layout.tb(self.writer_id), self.rc.group_size)
+        self._curves = Curves(self.ctx.layout.tb(self.writer_id), self.rc.group_size, self.rc.agent.harness is not None)
         self.committed = committed_groups(self.store)
         self.shares = []
         todo = sorted(self._take_up())
