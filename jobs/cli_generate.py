@@ -1,5 +1,6 @@
 """`sarl generate RUN_DIR MESSAGE`: one chat turn through the run's live
-generators, to check that they serve and which weight version answers.
+generators, to check that they serve and which weight version answers; it
+asks as any OpenAI client does, through the endpoint (rl.gateway).
 `sarl generate RUN_DIR --task TASKS.jsonl:TASK_ID`: one whole episode of a
 task, played by the same agent and environment as rollouts and `sarl eval`
 (rl.rollout.episode), printed turn by turn with its verdict."""
@@ -34,7 +35,7 @@ def generate(args: argparse.Namespace) -> int:
     from jobs.output import emit_json
     from rl.engine import BadRequest
     from rl.generator.client import GeneratorClient
-    from rl.model import chat_ids, checkpoint, load_tokenizer
+    from rl.model import checkpoint, load_tokenizer
 
     if (args.message is None) == (args.task is None):
         print("sarl generate: give a MESSAGE or --task TASKS.jsonl:TASK_ID (one of them)", file=sys.stderr)
@@ -45,37 +46,63 @@ def generate(args: argparse.Namespace) -> int:
     client = GeneratorClient(rd.path, timeout_s=args.timeout, wait_for_generator_s=args.wait)
     if args.task is not None:
         return _episode(args, rd, cfg, tok, client)
-    ids = chat_ids(tok, [{"role": "user", "content": args.message}])
+    max_len = cfg.generator.engine.max_model_len if cfg.generator is not None else 2048
     try:
-        params = {
-            "temperature": 0.0 if args.temperature is None else args.temperature,
-            "max_tokens": 128 if args.max_tokens is None else args.max_tokens,
-        }
-        r = client.generate([ids], params)
+        said = _through_the_endpoint(client, tok, max_len, cfg.run.name, args)
     except BadRequest as e:
         print(f"sarl generate: refused: {e}", file=sys.stderr)
         return 2
-    c = r.outputs[0][0]
-    text = tok.decode(c.token_ids, skip_special_tokens=True)
     if args.json:
-        emit_json(
-            {
-                "version": r.version,
-                "generator": r.endpoint.task,
-                "text": text,
-                "token_ids": c.token_ids,
-                "logprobs": c.logprobs,
-                "finish_reason": c.finish_reason,
-            }
-        )
+        emit_json(said)
     else:
-        print(text)
+        print(said["text"])
         print(
-            f"(weight version {r.version}, generator task {r.endpoint.task} at {r.endpoint.key}, "
-            f"{len(c.token_ids)} tokens, {c.finish_reason})",
+            f"(weight version {said['version']}, {len(said['token_ids'])} tokens, {said['finish_reason']})",
             file=sys.stderr,
         )
     return 0
+
+
+def _through_the_endpoint(client: Any, tok: Any, max_len: int, name: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One chat turn as any OpenAI client asks it: through the endpoint
+    (rl.gateway), here in this process in front of the run's generators,
+    with the official `openai` client; the ids and log-probs it sampled are
+    its session's record."""
+    import secrets
+
+    import openai
+
+    from rl.engine import BadRequest
+    from rl.errors import SarlError
+    from rl.gateway.backends import ClientBackend
+    from rl.gateway.capture import Sessions
+    from rl.gateway.server import Gateway
+
+    sessions = Sessions()
+    backend = ClientBackend(client, max_len, len(tok))
+    with Gateway(backend, tok, model=name, token=secrets.token_urlsafe(16), sessions=sessions).start() as gw:
+        session = sessions.open("generate")
+        api = openai.OpenAI(base_url=gw.url, api_key=session.key, max_retries=0, timeout=args.timeout + args.wait + 30)
+        try:
+            r = api.chat.completions.create(
+                model=name,
+                messages=[{"role": "user", "content": args.message}],
+                max_tokens=128 if args.max_tokens is None else args.max_tokens,
+                temperature=0.0 if args.temperature is None else args.temperature,
+            )
+        except openai.APIStatusError as e:
+            message = (e.body or {}).get("message", str(e)) if isinstance(e.body, dict) else str(e)
+            if e.status_code == 400:
+                raise BadRequest(message) from None
+            raise SarlError(message) from None
+    call = session.calls[0]
+    return {
+        "version": call.version,
+        "text": r.choices[0].message.content or "",
+        "token_ids": call.sampled_ids,
+        "logprobs": call.logprobs,
+        "finish_reason": call.finish_reason,
+    }
 
 
 def _episode(args: argparse.Namespace, rd: Any, cfg: Any, tok: Any, client: Any) -> int:
