@@ -106,6 +106,7 @@ def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
         "bench generate",
         "bench submit",
         "bench rollout",
+        "bench endpoint",  # tests/test_gateway.py
         "bench learner",
         "bench learn",
         "bench rl",
