@@ -268,6 +268,35 @@ def test_a_harness_run_on_slurm_trains_the_learner_on_the_sampled_ids(
                 assert s.logprobs[a:b].tolist() == pytest.approx(again.logprobs[: b - a], abs=1e-4)
     finally:
         engine.close()
+    _serve_the_run(run)
+
+
+def _serve_the_run(run: Path) -> None:
+    """`sarl serve RUN_DIR --version N` serves a published version of the
+    trained run under the OpenAI API; a version it has not published is refused."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    import openai
+
+    argv = [sys.executable, "-m", "jobs.cli", "serve", str(run), "--engine", "hf", "--port", "0"]
+    env = {**os.environ, "SARL_API_KEY": "sk-run"}
+    bad = subprocess.run([*argv, "--version", "9"], capture_output=True, text=True, env=env, cwd=REPO, timeout=120)
+    assert bad.returncode == 2 and "--version 9" in bad.stderr and "versions 0 to 1" in bad.stderr, bad.stderr
+    p = subprocess.Popen([*argv, "--version", "1"], stdout=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        assert p.stdout is not None
+        line = p.stdout.readline()
+        assert line.startswith("serving h (weight version 1) at "), line
+        client = openai.OpenAI(base_url=line.split(" at ")[1].strip(), api_key="sk-run", max_retries=0)
+        assert [m.id for m in client.models.list().data] == ["h", "h@v1"]
+        r = client.chat.completions.create(model="h@v1", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
+        assert r.system_fingerprint == "sarl-v1" and r.usage.completion_tokens == 2
+    finally:
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(60) == 0
 
 
 @pytest.mark.slow

@@ -215,15 +215,15 @@ class Worker:
     def _gateway(self) -> Any:
         """The OpenAI endpoint that this worker's harness programs call,
         on this host's loopback, sampling through the generator client."""
-        import secrets
-
         from rl.gateway.backends import ClientBackend
         from rl.gateway.capture import Sessions
         from rl.gateway.server import Gateway
+        from rl.generator.endpoint import run_secret
 
         assert self.rc.max_model_len is not None
         backend = ClientBackend(self.client, self.rc.max_model_len, len(self.tokenizer))
-        token = secrets.token_urlsafe(24)  # no request uses it: each episode has its session's key
+        # the endpoint's own key is the run's secret (an operator's); each program has its episode's key
+        token = run_secret(self.run_dir)
         return Gateway(backend, self.tokenizer, model="policy", token=token, sessions=Sessions()).start()
 
     def loop(self, todo: list[int]) -> None:
