@@ -1,5 +1,5 @@
 """`sarl serve RUN_DIR [--version N]` or `sarl serve EXPORTED_DIR`: the
-OpenAI-compatible endpoint on an engine of its own (rl.gateway.serve)."""
+OpenAI-compatible endpoint on an engine of its own (rl.run.serve)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def add_commands(sub: Any) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    from rl.gateway.serve import api_key, serving
+    from rl.run.serve import api_key, serving
 
     if not 0 <= args.port <= 65535:
         print(f"sarl serve: --port {args.port}: a port is 0 to 65535", file=sys.stderr)

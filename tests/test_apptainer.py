@@ -91,7 +91,8 @@ def test_apptainer_stand_in_instance_lifecycle_and_files(stand_in: Path, tmp_pat
     calls = stand_in.read_text().splitlines()
     start = [c for c in calls if "instance start" in c][0]
     assert "--containall" in start and "--network none" in start and start.endswith(f"sandbox.sif {name}")
-    assert any(c.startswith(f"exec instance://{name} timeout -s KILL") for c in calls)
+    # every command hashes strings the same way, as in a bubblewrap sandbox (a reproducible verdict)
+    assert any(c.startswith(f"exec --env=PYTHONHASHSEED=0 instance://{name} timeout -s KILL") for c in calls)
     assert calls[-1].endswith(f"instance stop {name}")
 
 

@@ -194,9 +194,13 @@ def test_slow_and_huge_clients_do_not_keep_others_out(live: Live) -> None:
     answer = slow.recv(4096)
     stop.set()
     assert answer.startswith(b"HTTP/1.1 408") and b'"invalid_request_error"' in answer
-    big = {"model": "m", "messages": [{"role": "user", "content": "x" * (2 << 20)}]}
-    status, body = _raw(live, "POST", "/v1/chat/completions", json.dumps(big).encode())
-    assert status == 413 and body["error"]["message"] == "request too large"
+    big = socket.create_connection(("127.0.0.1", live.gateway.port))  # its body would be 2 MiB: refused at its head
+    big.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nAuthorization: Bearer {KEY}\r\n".encode())
+    big.sendall(f"Content-Type: application/json\r\nContent-Length: {2 << 20}\r\n\r\n".encode())
+    big.settimeout(30)
+    answer = big.recv(4096)
+    big.close()
+    assert answer.startswith(b"HTTP/1.1 413") and b'"message": "request too large"' in answer
     assert live.client.chat.completions.create(model="m", messages=HI, max_tokens=2).usage.completion_tokens == 2
 
 
@@ -344,30 +348,32 @@ def _serve(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     )
 
 
-def test_sarl_serve_an_exported_folder_with_a_key_from_the_environment_or_a_new_one(tiny_model: Path) -> None:
-    p = _serve([str(tiny_model), "--engine", "hf", "--port", "0", "--name", "tiny"], {"SARL_API_KEY": "sk-mine"})
+def test_sarl_serve_an_exported_folder_with_a_key_it_prints(tiny_model: Path) -> None:
+    """Without SARL_API_KEY, `sarl serve` makes a key and prints it; only that
+    key is taken. (With SARL_API_KEY set, that one is the key: `api_key`.)"""
+    from rl.run.serve import api_key
+
+    os.environ["SARL_API_KEY"] = "sk-mine"
+    try:
+        assert api_key() == ("sk-mine", False)
+    finally:
+        del os.environ["SARL_API_KEY"]
+    made, generated = api_key()
+    assert generated and made.startswith("sk-sarl-") and len(made) > 30 and api_key()[0] != made
+    p = _serve([str(tiny_model), "--engine", "hf", "--port", "0", "--name", "tiny"], {"SARL_API_KEY": ""})
     try:
         assert p.stdout is not None
         line = p.stdout.readline()
         assert line.startswith("serving tiny (weight version 0) at http://127.0.0.1:"), line
         url = line.split(" at ")[1].strip()
-        client = openai.OpenAI(base_url=url, api_key="sk-mine", max_retries=0)
-        assert [m.id for m in client.models.list().data] == ["tiny", "tiny@v0"]
-        r = client.chat.completions.create(model="tiny", messages=HI, max_tokens=3)
-        assert r.usage.completion_tokens == 3
-        with pytest.raises(openai.AuthenticationError):
-            openai.OpenAI(base_url=url, api_key="sk-other", max_retries=0).models.list()
-    finally:
-        p.send_signal(signal.SIGTERM)
-        assert p.wait(60) == 0
-    p = _serve([str(tiny_model), "--engine", "hf", "--port", "0"], {"SARL_API_KEY": ""})
-    try:
-        assert p.stdout is not None
-        url = p.stdout.readline().split(" at ")[1].strip()
         key_line = p.stdout.readline()
         assert key_line.startswith("key (SARL_API_KEY was not set): sk-sarl-")
         key = key_line.rsplit(" ", 1)[1].strip()
-        assert openai.OpenAI(base_url=url, api_key=key, max_retries=0).models.list().data[0].id == tiny_model.name
+        client = openai.OpenAI(base_url=url, api_key=key, max_retries=0)
+        assert [m.id for m in client.models.list().data] == ["tiny", "tiny@v0"]
+        assert client.chat.completions.create(model="tiny", messages=HI, max_tokens=3).usage.completion_tokens == 3
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=url, api_key="sk-other", max_retries=0).models.list()
     finally:
         p.send_signal(signal.SIGTERM)
         assert p.wait(60) == 0
@@ -385,9 +391,10 @@ def test_sarl_serve_refuses_what_it_cannot_serve(tmp_path: Path, tiny_model: Pat
 
 
 @pytest.mark.slow
-def test_bench_endpoint_measures_each_way_beside_the_native_protocol(tmp_path: Path) -> None:
+def test_bench_endpoint_measures_each_way_beside_the_native_protocol(tiny_model: Path) -> None:
+    bench = ["bench", "endpoint", "--quick", "--engine", "hf", "--model", str(tiny_model), "--json"]
     p = subprocess.run(
-        [sys.executable, "-m", "jobs.cli", "bench", "endpoint", "--quick", "--engine", "hf", "--json"],
+        [sys.executable, "-m", "jobs.cli", *bench],
         capture_output=True,
         text=True,
         timeout=1200,

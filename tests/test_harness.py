@@ -108,6 +108,12 @@ try:
     got["other key"] = "accepted"
 except Exception as e:
     got["other key"] = type(e).__name__
+try:  # its second call: one more than max_calls
+    again = [{"role": "user", "content": "again"}]
+    OpenAI(max_retries=0).chat.completions.create(model=os.environ["OPENAI_MODEL"], messages=again, max_tokens=3)
+    got["second call"] = "answered"
+except Exception as e:
+    got["second call"] = type(e).__name__
 print(json.dumps(got), file=sys.stderr)
 """
 
@@ -146,7 +152,13 @@ def test_a_harness_program_reaches_its_endpoint_with_its_own_key_and_nothing_els
             ) as gw:
                 gw.start()
                 agent = AgentConfig.model_validate(
-                    {"harness": {"command": ["python3", "probe.py", str(server.port)], "files": {"probe.py": probe}}}
+                    {
+                        "harness": {
+                            "command": ["python3", "probe.py", str(server.port)],
+                            "files": {"probe.py": probe},
+                            "max_calls": 1,
+                        }
+                    }  # fmt: skip
                 )
                 box = SandboxConfig(runtime="venv", packages=["openai"], network=[f"127.0.0.1:{gw.port}"])
                 task = _workspace_tasks(1)[0]
@@ -158,7 +170,7 @@ def test_a_harness_program_reaches_its_endpoint_with_its_own_key_and_nothing_els
     assert out["exit_code"] == 0, out
     got = json.loads(out["stderr"].strip().splitlines()[-1])
     assert got == {"endpoint": 3, "generator": "ConnectionRefusedError", "elsewhere": "ConnectionRefusedError",
-                   "other key": "AuthenticationError"}  # fmt: skip
+                   "other key": "AuthenticationError", "second call": "RateLimitError"}  # fmt: skip
     assert ep.end == "exited" and ep.turns == 1 and ep.more == []
     assert sum(ep.trajectory.loss_mask) == 3 and ep.verdict is not None and not ep.verdict.passed
     assert gw.sessions.by_key("x") is None and not gw.sessions._open  # the episode's session is closed
@@ -316,7 +328,7 @@ def test_a_harness_worker_killed_mid_episode_commits_each_episode_once(workdir: 
 
     tasks_file = workdir / "tasks.jsonl"
     write_tasks(tasks_file, _workspace_tasks(4))
-    cfg = write_config(workdir, _run_config(tasks_file, tiny_model, groups=6, learner=False, recovery=True))
+    cfg = write_config(workdir, _run_config(tasks_file, tiny_model, groups=4, learner=False, recovery=True))
     sarl("submit", str(cfg), cwd=workdir)
     run = workdir / "runs" / "h"
     store = Store(run / "store.zarr")
@@ -346,6 +358,6 @@ def test_a_harness_worker_killed_mid_episode_commits_each_episode_once(workdir: 
     reader = store.reader()
     ids = [e for k in reader.committed() for e in reader.read(k).episode_ids]
     abandoned = {int(g) for g in state.get("abandoned", {})}
-    want = sorted(f"{g}/{i}" for g in range(6) if g not in abandoned for i in range(2))
+    want = sorted(f"{g}/{i}" for g in range(4) if g not in abandoned for i in range(2))
     assert sorted(ids) == want and len(ids) == len(set(ids)), (ids, abandoned)
-    assert before < 6 and not abandoned
+    assert before < 4 and not abandoned

@@ -25,7 +25,10 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("components", ["rl.store", "sandboxes", "rl.model", "rl.tasks"]),
     ("engines, checks and the agent", ["rl.engine", "rl.verify", "rl.agent"]),
     ("the run context", ["rl.context"]),
-    ("the roles, in submission order", [f"rl.{name}" for name in ROLES]),
+    (
+        "the roles, in submission order, with the endpoint in front of the generators",
+        [p for name in ROLES for p in ([f"rl.{name}", "rl.gateway"] if name == "generator" else [f"rl.{name}"])],
+    ),
     ("the run schema", ["rl.config", "rl.configdoc"]),
     ("the run machinery", ["rl.run"]),
     ("tools", ["rl.chaos", "rl.bench"]),
@@ -34,7 +37,9 @@ LAYERS: list[tuple[str, list[str]]] = [
 """Lowest first. A module imports modules of lower layers, of its own
 package, and of packages listed before its own in its layer: a role's
 package may use the packages of roles submitted before it (eval uses the
-rollouts' episode, which uses the generators' client). Config sections
+rollouts' episode, which uses the generators' client); the OpenAI endpoint
+(rl.gateway) stands between the generators it reaches and the rollouts
+whose harness programs call it. Config sections
 (`*/config.py`) form the schema layer: they import only the foundations,
 other sections, and the model's and the losses' sections."""
 

@@ -110,6 +110,9 @@ class HarnessConfig(Section):
     """The program's command line, run in the work dir (`["python3", "agent.py"]`)."""
     files: dict[str, Path] = Field(default_factory=dict)
     """Files copied into the work dir before it runs: name there -> a file here."""
+    max_calls: int = Field(32, ge=1, le=10_000)
+    """Calls one episode may make to the endpoint; later ones are answered
+    429 (`rate_limit_error`): a program in a loop cannot hold the generators."""
 
     @field_validator("files")
     @classmethod

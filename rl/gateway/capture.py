@@ -97,12 +97,24 @@ class Session:
     conversations: list[list[dict[str, Any]]] = field(default_factory=list)
     """Each answered choice's messages with its reply: what a call that goes
     on with the conversation sends again."""
+    max_calls: int | None = None
+    """Requests the session may make (None: no bound); more are refused."""
+    asked: int = 0
+    """Requests it has made, answered or not."""
     infra: list[str] = field(default_factory=list)
     """Why calls failed on the endpoint's side (no generator, an engine
     error): an episode with any is an infrastructure failure, never scored."""
     generate_s: float = 0.0
     """Seconds its calls spent being sampled (or waiting for a generator)."""
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def ask(self) -> bool:
+        """Count a request; False when it is one more than `max_calls`."""
+        with self.lock:
+            if self.max_calls is not None and self.asked >= self.max_calls:
+                return False
+            self.asked += 1
+            return True
 
     def served(self, seconds: float, failure: str = "") -> None:
         with self.lock:
@@ -134,14 +146,14 @@ class Sessions:
         self._by_key: dict[str, Session] = {}
         self._lock = threading.Lock()
 
-    def open(self, session_id: str) -> Session:
+    def open(self, session_id: str, max_calls: int | None = None) -> Session:
         """A new session (an episode), or the one open under `session_id`."""
         with self._lock:
             s = self._open.get(session_id)
             if s is None:
                 if len(self._open) >= self.max_sessions:
                     raise RuntimeError(f"{self.max_sessions} sessions open already: close finished episodes'")
-                s = Session(session_id, "sk-sarl-" + secrets.token_urlsafe(24))
+                s = Session(session_id, "sk-sarl-" + secrets.token_urlsafe(24), max_calls=max_calls)
                 self._open[session_id] = s
                 self._by_key[s.key] = s
             return s

@@ -205,6 +205,10 @@ class Gateway:
     def _generate(self, prompts: list[list[int]], params: SamplingParams, session: Session | None) -> Any:
         """The backend's answer; a session counts the time, and a failure on
         this side (5xx: no generator, an engine error) as its own."""
+        if session is not None and not session.ask():
+            raise ApiError(
+                429, f"this session has made its {session.max_calls} calls", "rate_limit_error", code="max_calls"
+            )
         t0 = time.monotonic()
         try:
             out = self.backend.generate(prompts, params)

@@ -64,7 +64,8 @@ def run_harness(
     start = _guard(f"{kind}.reset", env.reset, task)
     for name, path in cfg.harness.files.items():
         sandbox.write_file(name, path.read_bytes())
-    session = gateway.sessions.open(f"{episode_id}~{secrets.token_hex(4)}")  # a new key for each attempt
+    # a new key for each attempt
+    session = gateway.sessions.open(f"{episode_id}~{secrets.token_hex(4)}", cfg.harness.max_calls)
     timings = {"generate_s": 0.0, "execute_s": 0.0, "verify_s": 0.0}
     try:
         t0 = time.monotonic()

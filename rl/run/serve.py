@@ -58,10 +58,10 @@ def serving(
         raise ConfigError(f"--version: {path} is a checkpoint folder, which has one version")
     store = None
     if run:
-        from jobs.cli_run import run_dir
+        from rl.run.rundir import RunDir
         from rl.store import Store
 
-        cfg = run_dir(path).config()
+        cfg = RunDir(path).config()
         model, engine_cfg = cfg.model, cfg.engine()
         store = Store.of_run(path)
         latest = store.weights.latest()
