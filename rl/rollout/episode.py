@@ -115,13 +115,7 @@ def run_episode(
             return float("inf")
         return deadline + (waited() if waited is not None else 0.0) - time.monotonic()
 
-    kind = cfg.environment or task.environment
-    try:
-        cls = load_environment(kind)
-    except EnvironmentSpecError as e:
-        raise EnvironmentFailed(str(e)) from None
-    env = _guard(f"{kind}(ctx)", cls, EnvContext(task, sandbox, verifier, cfg, left, tokenizer))
-    start = _guard(f"{kind}.reset", env.reset, task)
+    kind, env, start = start_environment(task, cfg, sandbox, verifier, left, tokenizer)
     messages, schemas, role = with_tools(list(start.messages), [t.schema() for t in start.tools], tokenizer)
     obs = ObservationTokens(tokenizer)
     traj = Trajectory.start(chat_ids(tokenizer, messages, tools=schemas))
@@ -185,6 +179,20 @@ def run_episode(
         tool_calls=calls,
         tool_failures=failures,
     )
+
+
+def start_environment(
+    task: Task, cfg: AgentConfig, sandbox: Any, verifier: Any, left: Callable[[], float], tokenizer: Any
+) -> tuple[str, Any, Any]:
+    """The task's environment (its kind, or the configured one), reset for
+    the task: (its kind, it, its Start). Its failures are EnvironmentFailed."""
+    kind = cfg.environment or task.environment
+    try:
+        cls = load_environment(kind)
+    except EnvironmentSpecError as e:
+        raise EnvironmentFailed(str(e)) from None
+    env = _guard(f"{kind}(ctx)", cls, EnvContext(task, sandbox, verifier, cfg, left, tokenizer))
+    return kind, env, _guard(f"{kind}.reset", env.reset, task)
 
 
 def _verdict(task: Task, got: Any, verifier: Any, kind: str) -> Any:

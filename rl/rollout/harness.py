@@ -27,11 +27,10 @@ import secrets
 import time
 from typing import Any
 
-from rl.agent.config import AgentConfig, EnvironmentSpecError, load_environment
-from rl.agent.env import EnvContext, EnvironmentFailed
+from rl.agent.config import AgentConfig
 from rl.agent.tokens import Trajectory
 from rl.model import chat_ids
-from rl.rollout.episode import Episode, _guard, _verdict
+from rl.rollout.episode import Episode, _guard, _verdict, start_environment
 from rl.tasks.format import Task
 
 
@@ -55,13 +54,7 @@ def run_harness(
     def left() -> float:
         return float("inf") if deadline is None else deadline - time.monotonic()
 
-    kind = cfg.environment or task.environment
-    try:
-        env_cls = load_environment(kind)
-    except EnvironmentSpecError as e:
-        raise EnvironmentFailed(str(e)) from None
-    env = _guard(f"{kind}(ctx)", env_cls, EnvContext(task, sandbox, verifier, cfg, left, tokenizer))
-    start = _guard(f"{kind}.reset", env.reset, task)
+    kind, env, start = start_environment(task, cfg, sandbox, verifier, left, tokenizer)
     for name, path in cfg.harness.files.items():
         sandbox.write_file(name, path.read_bytes())
     # a new key for each attempt
