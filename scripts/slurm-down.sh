@@ -8,7 +8,8 @@ stop() { # stop NAME PIDFILE
   local pid
   [ -s "$2" ] || return 0
   pid=$(cat "$2")
-  if kill -0 "$pid" 2>/dev/null; then
+  # Only the daemon itself: a PID file that outlived a reboot may name anything.
+  if kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$1" ]; then
     kill "$pid"
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
     kill -0 "$pid" 2>/dev/null && kill -9 "$pid"
@@ -20,5 +21,5 @@ stop() { # stop NAME PIDFILE
 stop slurmd "$STATE/pids/slurmd.pid"
 stop slurmctld "$STATE/pids/slurmctld.pid"
 stop slurmdbd "$STATE/pids/slurmdbd.pid"
-stop mariadb "$STATE/mysql-run/mariadb.pid"
+stop mariadbd "$STATE/mysql-run/mariadb.pid"
 stop munged "$STATE/pids/munged.pid"

@@ -28,12 +28,17 @@ die() { log "error: $*"; exit 1; }
 
 [ "$(id -u)" = 0 ] || die "must run as root (it installs packages and writes /etc/slurm)"
 
-alive() { # alive PIDFILE -> 0 when the PID in it is a live process
-  [ -s "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null
+alive() { # alive PIDFILE NAME -> 0 when the PID in it is a live process named NAME
+  # The name matters: PID files outlive a reboot, and a PID recorded before it
+  # may now belong to anything (a stale slurmd.pid once kept slurmd from starting).
+  local pid
+  [ -s "$1" ] || return 1
+  pid=$(cat "$1")
+  kill -0 "$pid" 2>/dev/null && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "$2" ]
 }
 
-if alive "$STATE/pids/slurmctld.pid" && alive "$STATE/pids/slurmd.pid" \
-   && alive "$STATE/pids/slurmdbd.pid" && sinfo -h >/dev/null 2>&1; then
+if alive "$STATE/pids/slurmctld.pid" slurmctld && alive "$STATE/pids/slurmd.pid" slurmd \
+   && alive "$STATE/pids/slurmdbd.pid" slurmdbd && sinfo -h >/dev/null 2>&1; then
   log "already running (state in $STATE)"
   exit 0
 fi
@@ -58,18 +63,19 @@ for i in 0 1; do
 done
 
 # --- munge
-if ! alive "$STATE/pids/munged.pid"; then
+if ! alive "$STATE/pids/munged.pid" munged; then
   mkdir -p /run/munge /var/log/munge /var/lib/munge
   chown munge:munge /run/munge /var/log/munge /var/lib/munge
   [ -s /etc/munge/munge.key ] || { dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; }
   chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
+  rm -f /run/munge/munged.pid
   runuser -u munge -- /usr/sbin/munged --pid-file=/run/munge/munged.pid
   for _ in $(seq 50); do [ -s /run/munge/munged.pid ] && break; sleep 0.1; done
   cp /run/munge/munged.pid "$STATE/pids/munged.pid"
 fi
 
 # --- MariaDB in a private datadir
-if ! alive "$STATE/mysql-run/mariadb.pid"; then
+if ! alive "$STATE/mysql-run/mariadb.pid" mariadbd; then
   if [ ! -d "$STATE/mysql/mysql" ]; then
     mariadb-install-db --user=mysql --datadir="$STATE/mysql" --auth-root-authentication-method=socket >/dev/null
   fi
@@ -154,14 +160,17 @@ EOF
 chmod 600 /etc/slurm/slurmdbd.conf
 
 # --- daemons
-if ! alive "$STATE/pids/slurmdbd.pid"; then
+if ! alive "$STATE/pids/slurmdbd.pid" slurmdbd; then
+  rm -f "$STATE/pids/slurmdbd.pid"
   slurmdbd
   for _ in $(seq 100); do sacctmgr -n list cluster >/dev/null 2>&1 && break; sleep 0.2; done
   sacctmgr -n list cluster >/dev/null 2>&1 || die "slurmdbd did not answer: $STATE/log/slurmdbd.log"
 fi
 sacctmgr -n list cluster format=cluster | grep -qw sarl || sacctmgr -i add cluster sarl >/dev/null
-if ! alive "$STATE/pids/slurmctld.pid"; then slurmctld; fi
-if ! alive "$STATE/pids/slurmd.pid"; then slurmd; fi
+if ! alive "$STATE/pids/slurmctld.pid" slurmctld; then rm -f "$STATE/pids/slurmctld.pid"; slurmctld; fi
+# slurmd registers once when it starts: start it when the controller answers.
+for _ in $(seq 100); do scontrol ping 2>/dev/null | grep -q UP && break; sleep 0.2; done
+if ! alive "$STATE/pids/slurmd.pid" slurmd; then rm -f "$STATE/pids/slurmd.pid"; slurmd; fi
 
 for _ in $(seq 150); do
   st=$(sinfo -h -n "$HOST" -o %t 2>/dev/null | head -1 || true)
@@ -173,6 +182,8 @@ case "$st" in
   idle*|mix*|alloc*) ;;
   *) scontrol update nodename="$HOST" state=resume >/dev/null 2>&1 || true; sleep 1
      st=$(sinfo -h -n "$HOST" -o %t 2>/dev/null | head -1 || true)
-     case "$st" in idle*|mix*|alloc*) ;; *) die "node $HOST is '$st': see $STATE/log/slurmd.log and slurmctld.log" ;; esac ;;
+     case "$st" in idle*|mix*|alloc*) ;; *)
+       for f in slurmd slurmctld; do log "last lines of $STATE/log/$f.log:"; tail -n 15 "$STATE/log/$f.log" >&2 || true; done
+       die "node $HOST is '$st': see $STATE/log/slurmd.log and slurmctld.log" ;; esac ;;
 esac
 log "up: partitions $(sinfo -h -o %P | tr '\n' ' ')(state in $STATE)"
