@@ -756,8 +756,8 @@ def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are
     model: ModelConfig, tok: Any, tmp_path: Path
 ) -> None:
     """64 requests arrive at once, sampled at temperature 0.8 with seeds,
-    their prompts about 300 tokens each: more new tokens than one vLLM step
-    takes (8,192). vLLM split prompts over steps, and its CPU backend then
+    their prompts about 130 tokens each: more new tokens than one vLLM step
+    takes (1,024 here, `step_tokens`). vLLM split prompts over steps, and its CPU backend then
     failed to rewind a seeded sequence's generator ("CPU Generator does not
     use offset"): the engine died at the first such burst. The service
     admits sequences so that no prompt is split and none is preempted: every
@@ -772,10 +772,14 @@ def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are
     from rl.generator.inprocess import serving
     from rl.learner.trainer import token_logprobs
 
-    engine = make_engine(VLLMEngineConfig(max_model_len=1024, kv_cache_gb=1.0, max_num_seqs=64), model)
-    text = " ".join(f"item{i}" for i in range(120))
+    # a small step makes a burst of short prompts overflow it: the same path as 8,192 tokens
+    # of long prompts, for a third of the compute
+    cfg = VLLMEngineConfig(max_model_len=512, step_tokens=1024, kv_cache_gb=1.0, max_num_seqs=64)
+    engine = make_engine(cfg, model)
+    assert engine.step_tokens == 1024
+    text = " ".join(f"item{i}" for i in range(50))
     prompts = [prompt(tok, f"Sort these, case {k}: {text}") for k in range(64)]
-    assert sum(map(len, prompts)) > 8192
+    assert sum(map(len, prompts)) > 8 * engine.step_tokens
     params = {"temperature": 0.8, "max_tokens": 16, "ignore_eos": True}
     try:
         with serving(engine, tmp_path):
@@ -805,7 +809,7 @@ def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are
         # seeded prompt killed the engine at the first step)
         from rl.engine.config import SamplingParams
 
-        burst = prompts[:40]
+        burst = prompts[:20]
         assert sum(map(len, burst)) > 1.9 * engine.step_tokens
         for k, p in enumerate(burst):
             engine.add(f"burst-{k}", p, SamplingParams(temperature=0.8, max_tokens=4, seed=k, ignore_eos=True))

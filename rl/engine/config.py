@@ -27,6 +27,10 @@ class VLLMEngineConfig(Section):
     on CPU; set false on GPUs for speed."""
     max_num_seqs: int = Field(64, ge=1)
     """Sequences decoded together at most."""
+    step_tokens: int = Field(8192, ge=16)
+    """Prompt tokens one engine step takes at most (vLLM's
+    `max_num_batched_tokens`), raised to `max_model_len` if below it: a prompt
+    is never split over steps (on CPU a split seeded prompt kills the engine)."""
     cpu_reserved_cores: int = Field(0, ge=0)
     """CPU backend only: cores left free of compute threads for vLLM's
     scheduler process (`VLLM_CPU_NUM_OF_RESERVED_CPU`). vLLM's default of 1

@@ -24,7 +24,7 @@ class VLLMEngine(Engine):
             seed=seed,
             max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs,
-            max_num_batched_tokens=max(8192, cfg.max_model_len),  # a whole prompt fits in one step
+            max_num_batched_tokens=max(cfg.step_tokens, cfg.max_model_len, cfg.max_num_seqs),  # a whole prompt fits in one step
             # and is never split over steps: on CPU, a seeded sequence whose prompt was split kills
             # the engine ("CPU Generator does not use offset": it cannot rewind the sampler's
             # generator for the discarded token of a partial prefill)
