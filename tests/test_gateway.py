@@ -337,6 +337,59 @@ def test_smollm2_calls_a_tool_through_the_official_client_and_reads_its_result(s
     assert none.choices[0].message.tool_calls is None  # no tools offered, none read
 
 
+def test_tool_choice_required_or_named_makes_the_reply_a_call_and_the_opening_is_not_trained(smol: Live) -> None:
+    """A question that SmolLM2 answers in prose under `auto` is answered with
+    a call under `required` and under a named function: the call's opening is
+    fed as the end of the prompt, so it is recorded there (loss_mask 0), and
+    the sampled ids are the model's alone."""
+    question = [{"role": "user", "content": "Say hello to me in French."}]
+    auto = smol.client.chat.completions.create(
+        model="m", messages=question, tools=WEATHER, max_tokens=30, temperature=0
+    )
+    assert auto.choices[0].message.tool_calls is None  # the baseline: no call of its own accord
+    session = smol.sessions.open("forced")
+    agent = openai.OpenAI(base_url=smol.gateway.url, api_key=session.key, max_retries=0)
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    for choice in ("required", named):
+        r = agent.chat.completions.create(
+            model="m", messages=question, tools=WEATHER, tool_choice=choice, max_tokens=30, temperature=0
+        )
+        c = r.choices[0]
+        assert c.finish_reason == "tool_calls", c.message
+        assert [t.function.name for t in c.message.tool_calls] == ["get_weather"]
+        json.loads(c.message.tool_calls[0].function.arguments)
+    smol.sessions.close("forced")
+    opening = smol.tokenizer.encode('<tool_call>{"name": "get_weather", "arguments": ', add_special_tokens=False)
+    call = session.calls[1]
+    assert call.prompt_ids[-len(opening) :] == opening  # fed, not sampled
+    assert call.sampled_ids[: len(opening)] != opening
+    sample = [t for t in session.assembled().samples if t.tokens == call.prompt_ids + call.sampled_ids]
+    assert sample and all(t.loss_mask == [0] * len(call.prompt_ids) + [1] * len(call.sampled_ids) for t in sample)
+    streamed = list(
+        smol.client.chat.completions.create(
+            model="m", messages=question, tools=WEATHER, tool_choice=named, max_tokens=30, temperature=0, stream=True
+        )
+    )
+    deltas = [d for ch in streamed for d in ch.choices[0].delta.tool_calls or []]
+    assert [d.function.name for d in deltas] == ["get_weather"]
+    # among several tools, "required" opens a call and the model names the tool
+    two = [*WEATHER, {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}]
+    m = (
+        smol.client.chat.completions.create(
+            model="m", messages=question, tools=two, tool_choice="required", max_tokens=30, temperature=0
+        )
+        .choices[0]
+        .message
+    )
+    assert m.tool_calls or (m.content or "").startswith("<tool_call>"), m
+    for choice, why in (({"type": "function", "function": {"name": "nope"}}, "no tool named"), ("required", "tools")):
+        with pytest.raises(openai.BadRequestError) as e:
+            smol.client.chat.completions.create(
+                model="m", messages=question, tools=None if choice == "required" else WEATHER, tool_choice=choice
+            )
+        assert e.value.body["param"] == "tool_choice" and why in e.value.body["message"]
+
+
 def _serve(args: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-m", "jobs.cli", "serve", *args],

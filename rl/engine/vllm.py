@@ -24,8 +24,9 @@ class VLLMEngine(Engine):
             seed=seed,
             max_model_len=cfg.max_model_len,
             max_num_seqs=cfg.max_num_seqs,
-            max_num_batched_tokens=max(cfg.step_tokens, cfg.max_model_len, cfg.max_num_seqs),  # a whole prompt fits in one step
-            # and is never split over steps: on CPU, a seeded sequence whose prompt was split kills
+            # a whole prompt fits in one step (and vLLM wants a step to hold a token of every sequence),
+            max_num_batched_tokens=max(cfg.step_tokens, cfg.max_model_len, cfg.max_num_seqs),
+            # and it is never split over steps: on CPU, a seeded sequence whose prompt was split kills
             # the engine ("CPU Generator does not use offset": it cannot rewind the sampler's
             # generator for the discarded token of a partial prefill)
             enable_chunked_prefill=False,

@@ -14,7 +14,7 @@ import secrets
 from typing import Any
 
 from rl.agent.tools import call_text, split_calls, template_has_tools, with_tools
-from rl.gateway.api import ChatRequest
+from rl.gateway.api import ApiError, ChatRequest, NamedTool
 
 
 def conversation(req: ChatRequest) -> list[dict[str, Any]]:
@@ -109,3 +109,24 @@ def reply(text: str, with_calls: bool) -> tuple[str | None, list[dict[str, Any]]
         for n, a in calls
     ]
     return (content or None) if calls else content, api, calls
+
+
+def forced_start(choice: str | NamedTool | None, tools: list[dict[str, Any]], tokenizer: Any) -> str:
+    """The text a reply is made to begin with, so that `tool_choice` holds:
+    `"required"` opens a call (of the tool, when only one is given), a named
+    function opens a call of it. It is
+    fed as the end of the prompt (never sampled: `loss_mask` 0, no
+    log-probs) and the reply is read with it. A call still has to be well
+    formed: there is no constrained decoding of the arguments."""
+    if choice is None or choice in ("auto", "none"):
+        return ""
+    names = [t["function"]["name"] for t in tools]
+    if not names:
+        raise ApiError(400, "tool_choice: only allowed when tools are given", param="tool_choice")
+    tag = "<tool_call>\n" if template_has_tools(tokenizer) else "<tool_call>"
+    if choice == "required" and len(names) > 1:
+        return tag
+    name = names[0] if choice == "required" else choice.function.name  # type: ignore[union-attr]
+    if name not in names:
+        raise ApiError(400, f"tool_choice: no tool named {name!r} among the tools given", param="tool_choice")
+    return tag + '{"name": ' + json.dumps(name) + ', "arguments": '

@@ -31,11 +31,13 @@ A request is checked whole before it reaches an engine (rl.gateway.api):
 `max_tokens` within the model's context (else `context_length_exceeded`).
 Errors have the API's shape and status codes.
 
+`tool_choice` "required" or a named function is held by feeding the
+opening of a call as the end of the prompt (rl.gateway.render.forced_start).
+
 Not covered: streaming sends a reply's chunks once its completion is done
 (the engines answer whole completions), so it saves the client no latency;
-`tool_choice` "required" or a named function is taken but not enforced
-(no constrained decoding); `top_logprobs` is 0 (the engines return the
-sampled token's log-prob only).
+a forced call's arguments are sampled freely (no constrained decoding);
+`top_logprobs` is 0 (the engines return the sampled token's log-prob only).
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ from rl.engine.config import SamplingParams
 from rl.gateway.api import ApiError, ChatRequest, CompletionRequest, error_body, parse
 from rl.gateway.backends import Backend
 from rl.gateway.capture import Call, Session, Sessions
-from rl.gateway.render import conversation, pieces, reply, reply_message, template_messages, trimmed
+from rl.gateway.render import conversation, forced_start, pieces, reply, reply_message, template_messages, trimmed
 from rl.generator.intake import Intake, Refusals, WholeRequestHandler
 from rl.model import chat_ids
 
@@ -166,6 +168,8 @@ class Gateway:
                 ids = chat_ids(self.tokenizer, messages, tools=schemas)
             except Exception as e:  # the template refused the conversation (a role it does not know, ...)
                 raise ApiError(400, f"messages: the chat template cannot render them: {e}", param="messages") from None
+            start = forced_start(req.tool_choice, tools, self.tokenizer)
+            ids += self.tokenizer.encode(start, add_special_tokens=False) if start else []
         params = self._sampling(req, len(ids), req.limit(), stops, "messages")
         version, outputs = self._generate([ids], params, session)
         with self.tok_lock:
@@ -173,7 +177,7 @@ class Gateway:
             continues = session.continues(conv) if session else False
             for j, c in enumerate(outputs[0]):
                 parts = pieces(self.tokenizer, c.token_ids) if (req.stream or req.logprobs) else []
-                text = trimmed(
+                text = start + trimmed(
                     "".join(parts) if parts else self.tokenizer.decode(c.token_ids, skip_special_tokens=True), stops
                 )
                 content, api_calls, calls = reply(text, bool(tools))
@@ -185,9 +189,9 @@ class Gateway:
                 if req.logprobs:
                     lp = {"content": [_logprob(p, x) for p, x in zip(parts, c.logprobs, strict=True)], "refusal": None}
                 choices.append({"index": j, "message": message, "logprobs": lp, "finish_reason": finish})
-                chunks += _chat_chunks(j, content or "", parts, api_calls, lp, finish)
+                chunks += _chat_chunks(j, content or "", start, parts, api_calls, lp, finish)
                 said = reply_message(content or "", calls)
-                self._remember(said, self.tokenizer.decode(c.token_ids, skip_special_tokens=True))
+                self._remember(said, start + self.tokenizer.decode(c.token_ids, skip_special_tokens=True))
                 if session is not None:
                     call = Call(
                         ids, list(c.token_ids), list(c.logprobs), version, req.temperature, c.finish_reason, continues
@@ -286,9 +290,6 @@ class Gateway:
             stream.append({**head, "choices": [], "usage": usage})
         return {**head, "choices": choices, "usage": usage}, stream
 
-    def _text(self, ids: list[int], parts: list[str], stops: list[str]) -> str:
-        return trimmed("".join(parts) if parts else self.tokenizer.decode(ids, skip_special_tokens=True), stops)
-
     def _prompts(self, prompt: Any) -> list[list[int]]:
         if isinstance(prompt, str):
             texts: list[Any] = [prompt]
@@ -359,16 +360,26 @@ def _logprob(piece: str, x: float) -> dict[str, Any]:
 
 
 def _chat_chunks(
-    j: int, content: str, parts: list[str], calls: list[dict[str, Any]], lp: dict[str, Any] | None, finish: str
+    j: int,
+    content: str,
+    start: str,
+    parts: list[str],
+    calls: list[dict[str, Any]],
+    lp: dict[str, Any] | None,
+    finish: str,
 ) -> list[dict[str, Any]]:
-    """Choice `j` as a stream's chunks: its role, its content piece by piece,
-    its calls, and its finish."""
+    """Choice `j` as a stream's chunks: its role, its content piece by piece
+    (`start`, the forced opening, first and without log-probs), its calls,
+    and its finish."""
 
     def chunk(delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> dict[str, Any]:
         return {"choices": [{"index": j, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
 
     out = [chunk({"role": "assistant", "content": ""})]
     said = 0
+    if start and content.startswith(start):
+        out.append(chunk({"content": start}))
+        said = len(start)
     for k, p in enumerate(parts):
         p = p[: max(0, len(content) - said)]
         if not p:
