@@ -15,7 +15,7 @@ import pytest
 from conftest import sarl, task_state, wait_for, write_config
 
 from rl.eval.passk import mean_and_se, pass_at_k
-from rl.eval.run import summarise, task_result
+from rl.eval.run import results_folder, summarise, task_result
 from rl.tasks.format import Task
 
 
@@ -51,6 +51,23 @@ def test_pass_at_k_matches_hand_computation() -> None:
 
 
 @pytest.mark.slow
+def test_two_task_files_of_one_name_keep_their_results_apart(tmp_path: Path) -> None:
+    """`a/held.jsonl` and `b/held.jsonl` evaluated on one version: the first
+    is in `held/`, the second beside it under a digest of its path, and each
+    finds its own folder again (a second evaluation replaces its own)."""
+    version = tmp_path / "eval" / "v000001"
+    a, b = str(tmp_path / "a" / "held.jsonl"), str(tmp_path / "b" / "held.jsonl")
+    first = results_folder(version, a)
+    assert first == version / "held"
+    first.mkdir(parents=True)
+    (first / "summary.json").write_text(json.dumps({"tasks_file": a}))
+    second = results_folder(version, b)
+    assert second != first and second.name.startswith("held-") and second.parent == version
+    second.mkdir()
+    (second / "summary.json").write_text(json.dumps({"tasks_file": b}))
+    assert results_folder(version, a) == first and results_folder(version, b) == second
+
+
 def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(workdir: Path, tiny_model: Path) -> None:
     """The tiny Llama (HF engine) on generated tasks: results per task and a
     summary, written in the run directory; the same figures through the

@@ -7,7 +7,8 @@
         (task, sample)
     pass@k per task (rl.eval.passk), their means with standard errors
     -> RUN_DIR/eval/v<version>/<tasks>/results.jsonl (one line per task)
-       and summary.json, each written whole
+       and summary.json, each written whole (<tasks>: the task file's name;
+       another file of the same name gets that name and a digest of its path)
 
 An engine started here serves through the product's own generator service
 and client, announced in a folder of its own (never the run's endpoints,
@@ -112,6 +113,17 @@ def task_result(
         sum(calls for calls, _ in tools),
         sum(bad for _, bad in tools),
     )
+
+
+def results_folder(version_dir: Path, tasks_file: str) -> Path:
+    """Where a version's results on `tasks_file` go: a folder named by the
+    file, unless another file of that name already holds it (two `held.jsonl`
+    in different folders), then the name with a digest of the file's path."""
+    folder = version_dir / Path(tasks_file).name.removesuffix(".jsonl")
+    with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
+        if json.loads((folder / "summary.json").read_text())["tasks_file"] != tasks_file:
+            return folder.with_name(folder.name + "-" + hashlib.sha256(tasks_file.encode()).hexdigest()[:8])
+    return folder
 
 
 @dataclass
@@ -312,11 +324,12 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
         except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played
             ex.shutdown(wait=False, cancel_futures=True)
             raise
-    summary = {"version": version, "tasks_file": plan.tasks_name, "n": n, "engine": policy.how}
+    tasks_file = str(Path(plan.tasks_name).resolve())
+    summary = {"version": version, "tasks_file": tasks_file, "n": n, "engine": policy.how}
     summary.update(summarise(results, ks))
     summary["minutes"] = round((time.monotonic() - t0) / 60, 2)
     summary["temperature"] = agent.temperature
-    folder = Path(ctx.run_dir) / "eval" / f"v{version:06d}" / Path(plan.tasks_name).name.removesuffix(".jsonl")
+    folder = results_folder(Path(ctx.run_dir) / "eval" / f"v{version:06d}", tasks_file)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / "results.jsonl", "".join(json.dumps(asdict(r)) + "\n" for r in results))
     atomic_write(folder / "summary.json", json.dumps(summary, indent=1) + "\n")
