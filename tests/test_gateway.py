@@ -237,11 +237,9 @@ def test_a_session_records_exactly_the_ids_the_engine_sampled(live: Live) -> Non
             live.gateway.raw,
         )
         assert call.prompt_ids == chat_ids(live.tokenizer, rendered, tools=schemas)
-        version, again = live.backend.generate(
-            [call.prompt_ids], SamplingParams(temperature=1.0, max_tokens=10, seed=turn)
-        )
-        assert call.sampled_ids == again[0][0].token_ids and call.version == version == 0
-        assert call.logprobs == pytest.approx(again[0][0].logprobs, abs=1e-5)
+        again = live.backend.generate([call.prompt_ids], SamplingParams(temperature=1.0, max_tokens=10, seed=turn))
+        assert call.sampled_ids == again.outputs[0][0].token_ids and call.version == again.version == 0
+        assert call.logprobs == pytest.approx(again.outputs[0][0].logprobs, abs=1e-5)
         assert call.continues == (turn > 0)
     got = session.assembled()
     trained = [t for s in got.samples for t, m in zip(s.tokens, s.loss_mask, strict=True) if m]

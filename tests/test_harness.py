@@ -176,6 +176,84 @@ def test_a_harness_program_reaches_its_endpoint_with_its_own_key_and_nothing_els
     assert gw.sessions.by_key("x") is None and not gw.sessions._open  # the episode's session is closed
 
 
+SLOW = """
+import json, os, sys, time, urllib.request
+body = {"model": os.environ["OPENAI_MODEL"], "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+req = urllib.request.Request(os.environ["OPENAI_BASE_URL"] + "/chat/completions", json.dumps(body).encode(),
+                             {"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+urllib.request.urlopen(req, timeout=300).read()
+print("answered", file=sys.stderr, flush=True)
+time.sleep(1000)
+"""
+
+
+def test_a_program_cut_by_its_deadline_after_waiting_for_a_generator_is_retried_not_scored(
+    tmp_path: Path, tiny_model: Path
+) -> None:
+    """A program's wall-time limit cannot move by the time its calls wait for
+    a generator (a native episode's deadline does). A program whose one call
+    waited ~4 s for a generator to appear, then ran into its deadline, is an
+    infrastructure failure (EndpointFailed: retried, never scored); the same
+    program with a generator there from the start is the policy's `deadline`."""
+    import threading
+    import time
+
+    from rl.agent.config import AgentConfig
+    from rl.engine import make_engine
+    from rl.engine.config import HFEngineConfig
+    from rl.gateway.backends import ClientBackend
+    from rl.gateway.capture import Sessions
+    from rl.gateway.server import Gateway
+    from rl.generator.client import GeneratorClient
+    from rl.generator.inprocess import serving
+    from rl.model import ModelConfig, load_tokenizer
+    from rl.rollout.harness import EndpointFailed, run_harness
+    from rl.verify.config import VerifyConfig
+    from rl.verify.verifier import Verifier
+    from sandboxes.bwrap import BwrapSandbox
+    from sandboxes.config import SandboxConfig
+
+    program = tmp_path / "slow.py"
+    program.write_text(SLOW)
+    engine = make_engine(HFEngineConfig(max_model_len=512), ModelConfig(path=str(tiny_model), dtype="float32"))
+    tok = load_tokenizer(tiny_model)
+    agent = AgentConfig.model_validate({"harness": {"command": ["python3", "slow.py"], "files": {"slow.py": program}}})
+    task = _workspace_tasks(1)[0]
+
+    def play(folder: Path, late: bool) -> Any:
+        folder.mkdir()
+        client = GeneratorClient(folder, wait_for_generator_s=120)
+        with Gateway(ClientBackend(client, 512, len(tok)), tok, model="policy", token="x", sessions=Sessions()) as gw:
+            gw.start()
+            box = SandboxConfig(network=[f"127.0.0.1:{gw.port}"])
+            with BwrapSandbox(box) as sb, Verifier(VerifyConfig()) as verifier:
+                out: dict[str, Any] = {}
+
+                def episode() -> None:
+                    try:
+                        out["ep"] = run_harness(task, agent, gw, tok, sb, verifier, time.monotonic() + 15, 1, "0/0")
+                    except EndpointFailed as e:
+                        out["failed"] = str(e)
+
+                thread = threading.Thread(target=episode)
+                thread.start()
+                if late:
+                    time.sleep(4.0)
+                with serving(engine, folder):
+                    thread.join(120)
+                assert not thread.is_alive()
+                return out
+
+    try:
+        control = play(tmp_path / "present", late=False)
+        late = play(tmp_path / "late", late=True)
+    finally:
+        engine.close()
+    ep = control["ep"]
+    assert ep.end == "deadline" and ep.turns == 1 and "answered" in ep.outcomes[0]["stderr"], ep.outcomes
+    assert "waited" in late.get("failed", ""), late
+
+
 def _run_config(tasks_file: Path, tiny_model: Path, groups: int, learner: bool, recovery: bool = False) -> str:
     learn = """
 [learner]

@@ -7,11 +7,26 @@ of the native generator; a refusal is an ApiError."""
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from rl.engine import BadRequest, Completion, check_prompts
 from rl.engine.config import SamplingParams
 from rl.gateway.api import ApiError
+
+
+@dataclass
+class Sampled:
+    """A backend's answer to one request."""
+
+    version: int
+    """The weight version that sampled the completions."""
+    outputs: list[list[Completion]]
+    """`params.n` completions per prompt."""
+    waited_s: float = 0.0
+    """Seconds the request waited with no generator to send it to (not the
+    policy's time: a harness episode cut by its deadline after such a wait is
+    an infrastructure failure, rl.rollout.harness)."""
 
 
 class Backend(Protocol):
@@ -22,9 +37,7 @@ class Backend(Protocol):
         """The live weight version (-1: none known)."""
         ...
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> tuple[int, list[list[Completion]]]:
-        """(the version that sampled them, `params.n` completions per prompt)."""
-        ...
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Sampled: ...
 
 
 class ServiceBackend:
@@ -41,7 +54,7 @@ class ServiceBackend:
     def version(self) -> int:
         return int(self.server.engine.version)
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> tuple[int, list[list[Completion]]]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Sampled:
         try:
             check_prompts(prompts, params, self.vocab_size, self.max_model_len)
         except BadRequest as e:
@@ -57,7 +70,7 @@ class ServiceBackend:
             raise ApiError(504, f"not served within {self.server.request_timeout_s} s", "server_error")
         if pending.error is not None:
             raise ApiError(500, pending.error, "server_error")
-        return int(pending.version), pending.outputs
+        return Sampled(int(pending.version), pending.outputs)
 
 
 class ClientBackend:
@@ -77,7 +90,7 @@ class ClientBackend:
             self._version = (v, time.monotonic())
         return v
 
-    def generate(self, prompts: list[list[int]], params: SamplingParams) -> tuple[int, list[list[Completion]]]:
+    def generate(self, prompts: list[list[int]], params: SamplingParams) -> Sampled:
         from rl.generator.client import NoGenerator
 
         try:
@@ -87,4 +100,4 @@ class ClientBackend:
         except NoGenerator as e:
             raise ApiError(503, f"no generator could serve: {e}", "server_error") from None
         self._version = (r.version, time.monotonic())
-        return r.version, r.outputs
+        return Sampled(r.version, r.outputs, r.waited_s)

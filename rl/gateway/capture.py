@@ -106,6 +106,8 @@ class Session:
     error): an episode with any is an infrastructure failure, never scored."""
     generate_s: float = 0.0
     """Seconds its calls spent being sampled (or waiting for a generator)."""
+    waited_s: float = 0.0
+    """Of which: seconds with no generator to send a call to."""
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def ask(self) -> bool:
@@ -116,9 +118,10 @@ class Session:
             self.asked += 1
             return True
 
-    def served(self, seconds: float, failure: str = "") -> None:
+    def served(self, seconds: float, failure: str = "", waited_s: float = 0.0) -> None:
         with self.lock:
             self.generate_s += seconds
+            self.waited_s += waited_s
             if failure:
                 self.infra.append(failure)
 

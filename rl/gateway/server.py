@@ -52,6 +52,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from rl.engine.base import Completion
 from rl.engine.config import SamplingParams
 from rl.gateway.api import ApiError, ChatRequest, CompletionRequest, error_body, parse
 from rl.gateway.backends import Backend
@@ -206,9 +207,12 @@ class Gateway:
             stream.append({**head, "object": "chat.completion.chunk", "choices": [], "usage": usage})
         return response, stream
 
-    def _generate(self, prompts: list[list[int]], params: SamplingParams, session: Session | None) -> Any:
-        """The backend's answer; a session counts the time, and a failure on
-        this side (5xx: no generator, an engine error) as its own."""
+    def _generate(
+        self, prompts: list[list[int]], params: SamplingParams, session: Session | None
+    ) -> tuple[int, list[list[Completion]]]:
+        """(version, completions); a session counts the time, the time without
+        a generator, and a failure on this side (5xx: no generator, an engine
+        error) as its own."""
         if session is not None and not session.ask():
             raise ApiError(
                 429, f"this session has made its {session.max_calls} calls", "rate_limit_error", code="max_calls"
@@ -221,8 +225,8 @@ class Gateway:
                 session.served(time.monotonic() - t0, e.message if e.status >= 500 else "")
             raise
         if session is not None:
-            session.served(time.monotonic() - t0)
-        return out
+            session.served(time.monotonic() - t0, waited_s=out.waited_s)
+        return out.version, out.outputs
 
     def _remember(self, said: dict[str, Any], text: str) -> None:
         """Keep the exact text of a reply that differs from its rendering, so

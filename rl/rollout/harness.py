@@ -16,9 +16,13 @@ Everything else is as for a native episode (rl.rollout.episode): a call
 the endpoint could not serve (no generator, an engine error) makes the
 episode an infrastructure failure, retried and never scored, whatever the
 program did with the error; the worker commits the episode exactly once.
-Unlike a native episode's, the deadline does not move by the time spent
-waiting for a generator: the program's wall-time limit is set when it
-starts.
+A native episode's deadline moves by the time spent waiting for a
+generator; a program's wall-time limit is set when it starts and cannot.
+So a program cut by the deadline after its calls waited for a generator
+(more than 1 s and a twentieth of its time) is an infrastructure failure
+too: retried, never scored as the policy's `deadline`. Not covered: a call
+still waiting when the deadline comes is not counted (the endpoint learns
+how long it waited only when it is answered).
 """
 
 from __future__ import annotations
@@ -75,6 +79,9 @@ def run_harness(
     timings["generate_s"] = session.generate_s
     timings["execute_s"] = max(0.0, run_s - session.generate_s)
     end = "deadline" if result.limit == "wall_time" or left() <= 0 else "exited"
+    if end == "deadline" and session.waited_s > max(1.0, 0.05 * run_s):
+        why = f"the deadline cut the program after its calls waited {session.waited_s:.1f} s for a generator"
+        raise EndpointFailed(why)
     final = _guard(f"{kind}.final", env.final)
     t1 = time.monotonic()
     verdict = _verdict(task, _guard(f"{kind}.verify", env.verify, final), verifier, kind)
