@@ -169,6 +169,7 @@ STREAM_1_FILES = {
     "test_agent.py",
     "test_bench_learn.py",
     "test_environments.py",
+    "test_gateway.py",
     "test_generate.py",
     "test_run.py",
     "test_scale.py",
