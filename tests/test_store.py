@@ -423,7 +423,7 @@ def test_verdicts_of_any_tasks_share_a_batch_with_nan_where_a_check_does_not_app
     import math
 
     from rl.verify.config import CHECKS
-    from rl.verify.verifier import Verdict
+    from rl.verify.verdict import Verdict
 
     plain = {"tests": 1.0, "static": 1.0, "stability": 1.0, "security": 1.0, "efficiency": 0.5, "final_state": None}
     with_files = {**plain, "final_state": 0.5}

@@ -115,7 +115,7 @@ class Environment:
         raise NotImplementedError
 
     def verify(self, final: Final) -> Any:
-        """Grade `final`: a rl.verify.verifier.Verdict, or a mapping of check
+        """Grade `final`: a rl.verify.verdict.Verdict, or a mapping of check
         name to a score in [0, 1] (the reward aggregates them with
         `verify.weights`; unknown names are refused)."""
         raise NotImplementedError

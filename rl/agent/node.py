@@ -17,7 +17,7 @@ import re
 
 from rl.agent.env import Environment, Final, Start, Step
 from rl.tasks.format import Task
-from rl.verify.verifier import node_spec
+from rl.verify.formats import node_spec
 
 SYSTEM_PROMPT = (
     "You are a careful JavaScript programmer. Solve the task by writing the whole function "

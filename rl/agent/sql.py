@@ -17,7 +17,7 @@ from typing import Any
 from rl.agent.env import Environment, Final, Start, Step
 from rl.agent.tools import Param, Tool, cut, parse_calls
 from rl.tasks.format import Task
-from rl.verify.verifier import SQL_SCRIPT
+from rl.verify.formats import SQL_SCRIPT
 from sandboxes.config import Limits
 
 DB = "/sandbox/data.db"

@@ -197,7 +197,7 @@ def start_environment(
 
 def _verdict(task: Task, got: Any, verifier: Any, kind: str) -> Any:
     """A Verdict as it is, or one made of a mapping of check scores."""
-    from rl.verify.verifier import Verdict
+    from rl.verify.verdict import Verdict
 
     if isinstance(got, Verdict):
         return got

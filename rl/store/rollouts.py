@@ -82,7 +82,7 @@ class Sample:
     checks: dict[str, float] = field(default_factory=dict)
     """Each verification check's score, by name: the same names in every
     sample of a batch, NaN where a check did not apply to the task (never
-    infinite). `rl.verify.verifier.Verdict.sample_checks()` gives this form."""
+    infinite). `rl.verify.verdict.Verdict.sample_checks()` gives this form."""
     timings: dict[str, float] = field(default_factory=dict)
     """Seconds spent: generate_s, execute_s, verify_s."""
     failure: str = ""

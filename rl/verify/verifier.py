@@ -16,6 +16,9 @@
   final_state expected files present with the expected content (only for
               tasks that name expected files)
 
+Python tasks (a function, or a workspace with its tests) are graded here;
+SQL, Node.js and Harbor tasks in rl.verify.formats, through the same pool.
+
 Each check is run after the episode in a fresh sandbox (from a warm pool,
 reset) with pristine copies of the task's files; the tests never touch the
 sandbox's filesystem (see rl.verify.runner). The reward aggregates the checks
@@ -31,17 +34,17 @@ reward hacking. Change `verify.weights` to use the others.
 from __future__ import annotations
 
 import json
-import math
 import os
 import threading
 import time
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rl.tasks.format import Task
 from rl.verify.checks import aggregate, efficiency_score, final_state_score, static_score
 from rl.verify.config import CHECKS, VerifyConfig
+from rl.verify.formats import verify_harbor, verify_node, verify_sql
+from rl.verify.verdict import Verdict
 from sandboxes.config import Limits, SandboxConfig
 
 RUNNER = (Path(__file__).with_name("runner.py")).read_text()
@@ -49,71 +52,9 @@ SQL_RUNNER = (Path(__file__).with_name("sql_runner.py")).read_text()
 SQL_MARKER = "@@SARL-SQL@@"
 NODE_RUNNER = (Path(__file__).with_name("node_runner.py")).read_text()
 NODE_MARKER = "@@SARL-NODE@@"
-CONSTANTS: list[Any] = [None, True, False, 0, 1, -1, "", [], {}]
 RUNTIME_PROBES = {"node": ["node", "--version"]}
 """A command that runs in the sandbox when a task's runtime is there
 (`system` needs nothing beyond the resident's Python)."""
-"""Constant answers whose pass rate is a JavaScript task's floor."""
-SQL_SCRIPT = "data.sql"
-"""The file of an SQL task that builds its database."""
-
-
-def node_spec(task: Task) -> dict[str, Any]:
-    """A JavaScript task's hidden tests: the argument lists of each call, the
-    expected values, and how many of the first calls are visible examples."""
-    try:
-        spec = json.loads(task.tests)
-    except ValueError:
-        spec = None
-    if (
-        not isinstance(spec, dict)
-        or not isinstance(spec.get("calls"), list)
-        or not isinstance(spec.get("expected"), list)
-        or len(spec["calls"]) != len(spec["expected"])
-        or not all(isinstance(c, list) for c in spec["calls"])
-    ):
-        raise ValueError('tests: a node task\'s tests are {"calls": [[args...], ...], "expected": [...], "visible": N}')
-    return {"calls": spec["calls"], "expected": spec["expected"], "visible": int(spec.get("visible", 0))}
-
-
-def sql_spec(task: Task) -> dict[str, Any]:
-    """An SQL task's hidden check: its reference query and whether the order of rows counts."""
-    try:
-        spec = json.loads(task.tests)
-    except ValueError:
-        spec = None
-    if not isinstance(spec, dict) or not isinstance(spec.get("reference"), str):
-        raise ValueError('tests: an sql task\'s tests are {"reference": SQL, "ordered": true|false}')
-    return {"reference": spec["reference"], "ordered": bool(spec.get("ordered", False))}
-
-
-@dataclass
-class Verdict:
-    """The outcome of verifying one sample."""
-
-    task_id: str
-    reward: float
-    checks: dict[str, float | None]
-    """Each check's score in [0, 1]; None where a check does not apply."""
-    passed: bool
-    """Every test case passed."""
-    cases: int = 0
-    cases_passed: int = 0
-    failure: str = ""
-    """Why it did not pass: the first failing case, a load error, a limit."""
-    events: list[str] = field(default_factory=list)
-    duration_s: float = 0.0
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def sample_checks(self) -> dict[str, float]:
-        """The checks as a rollout batch stores them (`rl.store.Sample.checks`):
-        every check of the fixed vocabulary `CHECKS`, its score, or NaN where
-        it does not apply to the task. Every verdict has the same keys, so
-        samples of any mix of tasks share one batch."""
-        scores = {name: self.checks.get(name) for name in CHECKS}
-        return {name: math.nan if score is None else float(score) for name, score in scores.items()}
 
 
 class Verifier:
@@ -173,11 +114,11 @@ class Verifier:
 
     def _verify(self, task: Task, completion: str, final_files: dict[str, str] | None, t0: float) -> Verdict:
         if task.test_format == "sql":
-            return self._verify_sql(task, completion, t0)
+            return verify_sql(self, task, completion, t0)
         if task.test_format == "node":
-            return self._verify_node(task, completion, t0)
+            return verify_node(self, task, completion, t0)
         if task.test_format == "harbor":
-            return self._verify_harbor(task, completion, final_files, t0)
+            return verify_harbor(self, task, completion, final_files, t0)
         if task.test_format == "workspace":
             # the final work dir is the answer; its tests/ are the task's again
             final_files = graded_workspace(task, final_files)
@@ -223,110 +164,31 @@ class Verifier:
                 failure = f"test case at tests.py line {bad['line']}: {bad['why']}"
         if not failure and static == 0.0:
             failure = static_why
-        verdict = Verdict(
-            task_id=task.task_id,
-            reward=aggregate(checks, self.cfg),
-            checks=checks,
-            passed=bool(n) and passed_cases == n and not limit,
-            cases=n,
-            cases_passed=passed_cases,
-            failure=failure,
-            events=run.get("events", []),
-            duration_s=round(time.monotonic() - t0, 4),
-        )
-        self._log(verdict)
-        return verdict
+        passed = bool(n) and passed_cases == n and not limit
+        return self.verdict(task, checks, passed, n, passed_cases, failure, t0, run.get("events", []))
 
-    def _verify_sql(self, task: Task, query: str, t0: float) -> Verdict:
-        """An answer query against the reference query, on a fresh build of
-        the task's database in a fresh sandbox: the same rows (in the same
-        order where the question asks for one) pass."""
-        spec = sql_spec(task)
-        params = {"op": "grade", "script": task.files.get(SQL_SCRIPT, ""), "answer": query, **spec}
-        got = self.run_sql(params, Limits(wall_s=task.limits.wall_s, memory_mb=task.limits.memory_mb))
-        ok = bool(got.get("ok"))
-        limit = got.get("limit")
-        checks: dict[str, float | None] = dict.fromkeys(CHECKS)
-        duration = float(got.get("duration_s", 0.0))
-        checks.update(
-            tests=1.0 if ok else 0.0,
-            stability=0.0 if (limit or "error" in got) else 1.0,
-            security=1.0,
-            efficiency=efficiency_score(duration, task.limits.wall_s, limit),
-        )
-        failure = "" if ok else (got.get("why") or got.get("error") or f"limit hit: {limit}")
-        verdict = Verdict(
-            task_id=task.task_id,
-            reward=aggregate(checks, self.cfg),
-            checks=checks,
-            passed=ok,
-            cases=1,
-            cases_passed=int(ok),
-            failure=failure,
-            duration_s=round(time.monotonic() - t0, 4),
-        )
-        self._log(verdict)
-        return verdict
-
-    def _verify_harbor(self, task: Task, script: str, final: dict[str, str] | None, t0: float) -> Verdict:
-        """A Harbor task (rl.tasks.harbor): the final work dir in a fresh
-        sandbox, the task's tests beside it, `tests/test.sh` run, and the
-        reward file it wrote read. Without final files (validation), the work
-        dir is the task's and `script` (the oracle, solve.sh) runs in it first."""
-        from rl.tasks.harbor import LOGS, TESTS, harbor_reward
-        from sandboxes import SandboxError
-
-        tests = json.loads(task.tests)
-        files: dict[str, bytes | str] = {f"/sandbox/{p}": c for p, c in (final or task.files).items()}
-        files.update({f"{TESTS}/{p}": c for p, c in tests.items()})
-        if final is None and script:
-            files["/tmp/harbor/solve.sh"] = script
-        limits = Limits(wall_s=task.limits.wall_s, cpu_s=task.limits.wall_s, memory_mb=task.limits.memory_mb)
-        reward, why, limit, duration = None, "", None, 0.0
-        try:
-            sb = self.pool.take()
-        except SandboxError as e:
-            return self._harbor_verdict(task, None, f"verifier error: sandbox failed: {e}", None, t0, 0.0)
-        try:
-            sb.run_snippet(f"import os\nos.makedirs({LOGS!r}, exist_ok=True)\n", files=files)
-            if final is None and script:
-                sb.exec(["bash", "/tmp/harbor/solve.sh"], limits=limits, cwd="/sandbox")
-            r = sb.exec(["bash", f"{TESTS}/test.sh"], limits=limits, cwd="/sandbox")
-            limit, duration = r.limit, r.duration_s
-            for name in ("reward.txt", "reward.json"):
-                got = sb.exec(["cat", f"{LOGS}/{name}"], limits=Limits(wall_s=5.0))
-                if got.exit_code == 0:
-                    reward = harbor_reward(got.stdout.decode(errors="replace"), name)
-                    why = "" if reward is not None else f"{name} holds no reward"
-                    break
-            else:
-                tail = (r.stdout + r.stderr).decode(errors="replace")[-300:]
-                why = f"test.sh wrote no reward file (exit {r.exit_code}{', ' + limit if limit else ''}): {tail}"
-        except SandboxError as e:
-            sb.close()
-            return self._harbor_verdict(task, None, f"verifier error: sandbox failed: {e}", None, t0, 0.0)
-        self.pool.give(sb)  # reset: nothing of this work dir reaches the next verification
-        return self._harbor_verdict(task, reward, why, limit, t0, duration)
-
-    def _harbor_verdict(
-        self, task: Task, reward: float | None, why: str, limit: str | None, t0: float, duration: float
+    def verdict(
+        self,
+        task: Task,
+        checks: dict[str, float | None],
+        passed: bool,
+        cases: int,
+        cases_passed: int,
+        failure: str,
+        t0: float,
+        events: list[str] | None = None,
     ) -> Verdict:
-        checks: dict[str, float | None] = dict.fromkeys(CHECKS)
-        checks.update(
-            tests=reward or 0.0,
-            stability=0.0 if (limit or reward is None) else 1.0,
-            security=1.0,
-            efficiency=efficiency_score(duration, task.limits.wall_s, limit),
-        )
-        passed = reward is not None and reward >= 1.0
+        """The Verdict of these check scores, its reward as configured,
+        appended to the audit log."""
         verdict = Verdict(
             task_id=task.task_id,
             reward=aggregate(checks, self.cfg),
             checks=checks,
             passed=passed,
-            cases=1,
-            cases_passed=int(passed),
-            failure="" if passed else (why or f"test.sh gave reward {reward}"),
+            cases=cases,
+            cases_passed=cases_passed,
+            failure=failure,
+            events=events or [],
             duration_s=round(time.monotonic() - t0, 4),
         )
         self._log(verdict)
@@ -351,47 +213,6 @@ class Verifier:
                     why = f"runtime {runtime!r}: `{probe[0]}` cannot be started in the sandbox: {e}"
             self._runtimes[runtime] = why
         return self._runtimes[runtime]
-
-    def _verify_node(self, task: Task, solution: str, t0: float) -> Verdict:
-        """A JavaScript function against the task's calls, in a fresh sandbox:
-        the share of calls answered with the expected value, measured from the
-        best constant answer."""
-        from rl.verify.node_runner import same
-
-        spec = node_spec(task)
-        run = self.run_node(task, solution, spec["calls"], spec["expected"])
-        cases = run.get("cases", [])
-        n, passed = len(cases), sum(c["ok"] for c in cases)
-        floor = max((sum(same(c, want) for want in spec["expected"]) / max(1, n) for c in CONSTANTS), default=0.0)
-        rate = passed / n if n else 0.0
-        limit = run.get("limit")
-        checks: dict[str, float | None] = dict.fromkeys(CHECKS)
-        unstable = sum(1 for c in cases if c.get("crash") or c["why"] == "timeout")
-        checks.update(
-            tests=(max(0.0, (rate - floor) / (1.0 - floor)) if floor < 1.0 else float(rate == 1.0)) if n else 0.0,
-            stability=0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
-            security=1.0,
-            efficiency=efficiency_score(float(run.get("duration_s", 0.0)), task.limits.wall_s, limit),
-        )
-        bad = next((i for i, c in enumerate(cases) if not c["ok"]), None)
-        failure = (
-            run.get("error")
-            or (f"solution did not load: {run['load_error']}" if run.get("load_error") else "")
-            or (f"limit hit: {limit}" if limit else "")
-            or ("" if bad is None else f"test call {bad + 1}: {cases[bad]['why']}")
-        )
-        verdict = Verdict(
-            task_id=task.task_id,
-            reward=aggregate(checks, self.cfg),
-            checks=checks,
-            passed=bool(n) and passed == n and not limit,
-            cases=n,
-            cases_passed=passed,
-            failure=failure,
-            duration_s=round(time.monotonic() - t0, 4),
-        )
-        self._log(verdict)
-        return verdict
 
     def run_node(
         self, task: Task, solution: str, calls: list[Any], expected: list[Any], sandbox: Any = None, wall_s: float = 0.0
@@ -494,15 +315,9 @@ class Verifier:
             if v is not None and not (isinstance(v, int | float) and not isinstance(v, bool) and 0.0 <= v <= 1.0):
                 raise ValueError(f"check {name!r} scored {v!r}; a score is a number in [0, 1] or None")
             scores[name] = None if v is None else float(v)
-        verdict = Verdict(
-            task_id=task.task_id,
-            reward=aggregate(scores, self.cfg),
-            checks=scores,
-            passed=scores.get("tests") == 1.0,
-            failure="" if scores.get("tests") == 1.0 else "the environment's checks did not all pass",
-        )
-        self._log(verdict)
-        return verdict
+        passed = scores.get("tests") == 1.0
+        why = "" if passed else "the environment's checks did not all pass"
+        return self.verdict(task, scores, passed, 0, 0, why, time.monotonic())
 
     def _run_tests(
         self, task: Task, solution: str, constants: bool = False, workspace: dict[str, str] | None = None

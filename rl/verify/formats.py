@@ -1,0 +1,169 @@
+"""Verification of the task formats that are not Python test cases: SQL
+answers, JavaScript functions (Node.js) and Harbor task directories. Each
+grades in a fresh sandbox of the verifier's pool and returns its Verdict
+through `Verifier.verdict` (reward as configured, audit log).
+
+  sql      the answer query's rows against the reference query's, on a
+           fresh build of the task's database (rl/verify/sql_runner.py)
+  node     the share of calls answered with the expected value, measured
+           from the best constant answer (rl/verify/node_runner.py)
+  harbor   `tests/test.sh` run on the final work dir, and the reward file
+           it wrote (rl.tasks.harbor)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from rl.tasks.format import Task
+from rl.verify.checks import efficiency_score
+from rl.verify.config import CHECKS
+from rl.verify.verdict import Verdict
+from sandboxes.config import Limits
+
+if TYPE_CHECKING:
+    from rl.verify.verifier import Verifier
+
+SQL_SCRIPT = "data.sql"
+"""The file of an SQL task that builds its database."""
+CONSTANTS: list[Any] = [None, True, False, 0, 1, -1, "", [], {}]
+"""Constant answers whose pass rate is a JavaScript task's floor."""
+
+
+def node_spec(task: Task) -> dict[str, Any]:
+    """A JavaScript task's hidden tests: the argument lists of each call, the
+    expected values, and how many of the first calls are visible examples."""
+    try:
+        spec = json.loads(task.tests)
+    except ValueError:
+        spec = None
+    if (
+        not isinstance(spec, dict)
+        or not isinstance(spec.get("calls"), list)
+        or not isinstance(spec.get("expected"), list)
+        or len(spec["calls"]) != len(spec["expected"])
+        or not all(isinstance(c, list) for c in spec["calls"])
+    ):
+        raise ValueError('tests: a node task\'s tests are {"calls": [[args...], ...], "expected": [...], "visible": N}')
+    return {"calls": spec["calls"], "expected": spec["expected"], "visible": int(spec.get("visible", 0))}
+
+
+def sql_spec(task: Task) -> dict[str, Any]:
+    """An SQL task's hidden check: its reference query and whether the order of rows counts."""
+    try:
+        spec = json.loads(task.tests)
+    except ValueError:
+        spec = None
+    if not isinstance(spec, dict) or not isinstance(spec.get("reference"), str):
+        raise ValueError('tests: an sql task\'s tests are {"reference": SQL, "ordered": true|false}')
+    return {"reference": spec["reference"], "ordered": bool(spec.get("ordered", False))}
+
+
+def verify_sql(v: Verifier, task: Task, query: str, t0: float) -> Verdict:
+    """An answer query against the reference query, on a fresh build of
+    the task's database in a fresh sandbox: the same rows (in the same
+    order where the question asks for one) pass."""
+    spec = sql_spec(task)
+    params = {"op": "grade", "script": task.files.get(SQL_SCRIPT, ""), "answer": query, **spec}
+    got = v.run_sql(params, Limits(wall_s=task.limits.wall_s, memory_mb=task.limits.memory_mb))
+    ok = bool(got.get("ok"))
+    limit = got.get("limit")
+    checks: dict[str, float | None] = dict.fromkeys(CHECKS)
+    duration = float(got.get("duration_s", 0.0))
+    checks.update(
+        tests=1.0 if ok else 0.0,
+        stability=0.0 if (limit or "error" in got) else 1.0,
+        security=1.0,
+        efficiency=efficiency_score(duration, task.limits.wall_s, limit),
+    )
+    failure = "" if ok else (got.get("why") or got.get("error") or f"limit hit: {limit}")
+    return v.verdict(task, checks, ok, 1, int(ok), failure, t0)
+
+
+def verify_node(v: Verifier, task: Task, solution: str, t0: float) -> Verdict:
+    """A JavaScript function against the task's calls, in a fresh sandbox:
+    the share of calls answered with the expected value, measured from the
+    best constant answer."""
+    from rl.verify.node_runner import same
+
+    spec = node_spec(task)
+    run = v.run_node(task, solution, spec["calls"], spec["expected"])
+    cases = run.get("cases", [])
+    n, passed = len(cases), sum(c["ok"] for c in cases)
+    floor = max((sum(same(c, want) for want in spec["expected"]) / max(1, n) for c in CONSTANTS), default=0.0)
+    rate = passed / n if n else 0.0
+    limit = run.get("limit")
+    checks: dict[str, float | None] = dict.fromkeys(CHECKS)
+    unstable = sum(1 for c in cases if c.get("crash") or c["why"] == "timeout")
+    checks.update(
+        tests=(max(0.0, (rate - floor) / (1.0 - floor)) if floor < 1.0 else float(rate == 1.0)) if n else 0.0,
+        stability=0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
+        security=1.0,
+        efficiency=efficiency_score(float(run.get("duration_s", 0.0)), task.limits.wall_s, limit),
+    )
+    bad = next((i for i, c in enumerate(cases) if not c["ok"]), None)
+    failure = (
+        run.get("error")
+        or (f"solution did not load: {run['load_error']}" if run.get("load_error") else "")
+        or (f"limit hit: {limit}" if limit else "")
+        or ("" if bad is None else f"test call {bad + 1}: {cases[bad]['why']}")
+    )
+    return v.verdict(task, checks, bool(n) and passed == n and not limit, n, passed, failure, t0)
+
+
+def verify_harbor(v: Verifier, task: Task, script: str, final: dict[str, str] | None, t0: float) -> Verdict:
+    """A Harbor task (rl.tasks.harbor): the final work dir in a fresh
+    sandbox, the task's tests beside it, `tests/test.sh` run, and the
+    reward file it wrote read. Without final files (validation), the work
+    dir is the task's and `script` (the oracle, solve.sh) runs in it first."""
+    from rl.tasks.harbor import LOGS, TESTS, harbor_reward
+    from sandboxes import SandboxError
+
+    tests = json.loads(task.tests)
+    files: dict[str, bytes | str] = {f"/sandbox/{p}": c for p, c in (final or task.files).items()}
+    files.update({f"{TESTS}/{p}": c for p, c in tests.items()})
+    if final is None and script:
+        files["/tmp/harbor/solve.sh"] = script
+    limits = Limits(wall_s=task.limits.wall_s, cpu_s=task.limits.wall_s, memory_mb=task.limits.memory_mb)
+    reward, why, limit, duration = None, "", None, 0.0
+    try:
+        sb = v.pool.take()
+    except SandboxError as e:
+        return _harbor_verdict(v, task, None, f"verifier error: sandbox failed: {e}", None, t0, 0.0)
+    try:
+        sb.run_snippet(f"import os\nos.makedirs({LOGS!r}, exist_ok=True)\n", files=files)
+        if final is None and script:
+            sb.exec(["bash", "/tmp/harbor/solve.sh"], limits=limits, cwd="/sandbox")
+        r = sb.exec(["bash", f"{TESTS}/test.sh"], limits=limits, cwd="/sandbox")
+        limit, duration = r.limit, r.duration_s
+        for name in ("reward.txt", "reward.json"):
+            got = sb.exec(["cat", f"{LOGS}/{name}"], limits=Limits(wall_s=5.0))
+            if got.exit_code == 0:
+                reward = harbor_reward(got.stdout.decode(errors="replace"), name)
+                why = "" if reward is not None else f"{name} holds no reward"
+                break
+        else:
+            tail = (r.stdout + r.stderr).decode(errors="replace")[-300:]
+            why = f"test.sh wrote no reward file (exit {r.exit_code}{', ' + limit if limit else ''}): {tail}"
+    except SandboxError as e:
+        sb.close()
+        return _harbor_verdict(v, task, None, f"verifier error: sandbox failed: {e}", None, t0, 0.0)
+    v.pool.give(sb)  # reset: nothing of this work dir reaches the next verification
+    return _harbor_verdict(v, task, reward, why, limit, t0, duration)
+
+
+def _harbor_verdict(
+    v: Verifier, task: Task, reward: float | None, why: str, limit: str | None, t0: float, duration: float
+) -> Verdict:
+    checks: dict[str, float | None] = dict.fromkeys(CHECKS)
+    checks.update(
+        tests=reward or 0.0,
+        stability=0.0 if (limit or reward is None) else 1.0,
+        security=1.0,
+        efficiency=efficiency_score(duration, task.limits.wall_s, limit),
+    )
+    passed = reward is not None and reward >= 1.0
+    return v.verdict(
+        task, checks, passed, 1, int(passed), "" if passed else (why or f"test.sh gave reward {reward}"), t0
+    )
