@@ -12,6 +12,17 @@ MAX_STATIC_BYTES = 64 * 1024
 2.3 s per MB, and a sample must not buy verifier time with its length."""
 
 
+def tests_score(passed: int, cases: int, floor: float) -> float:
+    """The pass rate measured from `floor` (the best pass rate of an answer
+    that does nothing): (rate - floor) / (1 - floor), at least 0. With a
+    floor of 1 (every case passes for a constant) only a full pass scores;
+    with no case, 0."""
+    if not cases:
+        return 0.0
+    rate = passed / cases
+    return max(0.0, (rate - floor) / (1.0 - floor)) if floor < 1.0 else float(rate == 1.0)
+
+
 def static_score(source: str) -> tuple[float, str]:
     """1.0 when the source compiles and pyflakes reports nothing; less per
     message; 0 for a source that does not compile, is too deep for the

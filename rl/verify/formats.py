@@ -17,7 +17,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from rl.tasks.format import Task
-from rl.verify.checks import efficiency_score
+from rl.verify.checks import efficiency_score, tests_score
 from rl.verify.config import CHECKS
 from rl.verify.verdict import Verdict
 from sandboxes.config import Limits
@@ -92,12 +92,11 @@ def verify_node(v: Verifier, task: Task, solution: str, t0: float) -> Verdict:
     cases = run.get("cases", [])
     n, passed = len(cases), sum(c["ok"] for c in cases)
     floor = max((sum(same(c, want) for want in spec["expected"]) / max(1, n) for c in CONSTANTS), default=0.0)
-    rate = passed / n if n else 0.0
     limit = run.get("limit")
     checks: dict[str, float | None] = dict.fromkeys(CHECKS)
     unstable = sum(1 for c in cases if c.get("crash") or c["why"] == "timeout")
     checks.update(
-        tests=(max(0.0, (rate - floor) / (1.0 - floor)) if floor < 1.0 else float(rate == 1.0)) if n else 0.0,
+        tests=tests_score(passed, n, floor),
         stability=0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
         security=1.0,
         efficiency=efficiency_score(float(run.get("duration_s", 0.0)), task.limits.wall_s, limit),

@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.tasks.format import Task
-from rl.verify.checks import aggregate, efficiency_score, final_state_score, static_score
+from rl.verify.checks import aggregate, efficiency_score, final_state_score, static_score, tests_score
 from rl.verify.config import CHECKS, VerifyConfig
 from rl.verify.formats import verify_harbor, verify_node, verify_sql
 from rl.verify.verdict import Verdict
@@ -138,11 +138,10 @@ class Verifier:
         n = len(cases)
         passed_cases = sum(c["ok"] for c in cases)
         floor = self.floor(task)
-        rate = passed_cases / n if n else 0.0
         unstable = run.get("crashes", 0) + run.get("timeouts", 0)
         limit = run.get("limit")
         checks: dict[str, float | None] = {
-            "tests": (max(0.0, (rate - floor) / (1.0 - floor)) if floor < 1.0 else float(rate == 1.0)) if n else 0.0,
+            "tests": tests_score(passed_cases, n, floor),
             "static": static,
             "stability": 0.0 if limit else (max(0.0, 1.0 - unstable / n) if n else 0.0),
             "security": 0.0 if run.get("events") else 1.0,
