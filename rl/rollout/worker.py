@@ -455,7 +455,7 @@ class Worker:
                 if self.stopping.is_set():
                     raise Stopping() from None
                 self.stats.count(retries=1)
-                kind = {NoGenerator: "no-generator", EndpointFailed: "no-generator"}.get(type(e), "sandbox")
+                kind = "sandbox" if isinstance(e, SandboxError) else "no-generator"  # or the endpoint's
                 log.warning("episode %d/%d: %s (attempt %d): %s", group, i, kind, attempt + 1, e)
                 if attempt == self.rc.max_retries:
                     raise InfraFailure(f"{kind}: {e}") from None
