@@ -187,6 +187,19 @@ class ApptainerSandbox:
     def alive(self) -> bool:
         return self.instance is not None
 
+    def answers(self, timeout: float = 5.0) -> bool:
+        """Whether the instance runs a command within `timeout` seconds; one
+        that does not is closed."""
+        if self.instance is None:
+            return False
+        try:
+            ok = self.exec(["true"], limits=Limits(wall_s=timeout)).exit_code == 0
+        except SandboxError:
+            ok = False
+        if not ok:
+            self.close()
+        return ok
+
     def close(self) -> None:
         if self.instance is not None:
             try:

@@ -14,6 +14,12 @@ class SandboxDied(SandboxError):
     """The sandbox's resident died (or was killed by the code it ran): replace the sandbox."""
 
 
+class SandboxLost(SandboxDied):
+    """The sandbox was dead before a request reached it: nothing of the
+    request ran, so running it again on a fresh sandbox is safe and tells
+    nothing about the request (a verification is retried, never scored)."""
+
+
 @dataclass
 class ExecResult:
     """The outcome of one command or snippet."""

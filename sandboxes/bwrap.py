@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes import resident
-from sandboxes.base import ExecResult, SandboxDied, SandboxError
+from sandboxes.base import ExecResult, SandboxDied, SandboxError, SandboxLost
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
 from sandboxes.isolation import (
@@ -26,6 +26,7 @@ from sandboxes.isolation import (
     rlimits_of,
     seccomp_pipe,
 )
+from sandboxes.spawn import spawn
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:
@@ -52,6 +53,9 @@ class BwrapSandbox:
         self.relays: Any = None
         self.proc: subprocess.Popen[bytes] | None = None
         self._greeting = False
+        self.sent = 0
+        """Requests written to the resident so far: a caller that took this
+        sandbox tells by it whether a failure came before any request of its own."""
         try:
             self.cg = Cgroups.create(self.slot.name, self.cfg.limits)
             net_dir = None
@@ -80,7 +84,7 @@ class BwrapSandbox:
                 # variable set for the resident, PYTHONHASHSEED (its forks run the tests: a verdict
                 # must not depend on a set's order of strings)
                 argv = cmd.argv([resident_python, "-s", "-B", RESIDENT_INSIDE], fds)
-                self.proc = subprocess.Popen(
+                self.proc = spawn(  # not from this thread: --die-with-parent follows the thread (spawn.py)
                     entered(argv, self.slot, self.cg),
                     stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE,
@@ -118,23 +122,32 @@ class BwrapSandbox:
         payload = body[hlen:]
         return header, payload
 
-    def _call(self, header: dict[str, Any], payload: bytes = b"", stream: bytes = b"") -> tuple[dict[str, Any], bytes]:
+    def _call(
+        self, header: dict[str, Any], payload: bytes = b"", stream: bytes = b"", timeout: float | None = None
+    ) -> tuple[dict[str, Any], bytes]:
+        # Up to the write, nothing of the request has reached the resident: a
+        # failure there is SandboxLost (safe to run again elsewhere); after it,
+        # the request's own code may be what killed the resident.
         if self.proc is None or self.proc.poll() is not None:
-            raise SandboxDied("sandbox is closed or dead")
+            raise SandboxLost("sandbox is closed or dead")
         if self._greeting:  # a restarted resident greets first
             self._greeting = False
-            hello, _ = self._recv()
+            try:
+                hello, _ = self._recv(30.0 if timeout is None else timeout)
+            except SandboxDied as e:
+                raise SandboxLost(f"sandbox resident did not start again: {e}") from None
             if not hello.get("ready"):
-                raise SandboxDied(f"sandbox resident did not start again: {hello}")
+                raise SandboxLost(f"sandbox resident did not start again: {hello}")
         assert self.proc.stdin is not None
         data = json.dumps(header).encode()
         try:
             self.proc.stdin.write(resident.HEADER.pack(len(data), len(payload)) + data + payload + stream)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
-            raise SandboxDied("sandbox resident is gone") from None
+            raise SandboxLost("sandbox resident is gone") from None
+        self.sent += 1
         wall = float(header.get("limits", {}).get("wall_s", 0.0))
-        reply, out = self._recv(timeout=wall + 2.0)
+        reply, out = self._recv(timeout=wall + 2.0 if timeout is None else timeout)
         if not reply.get("ok"):
             raise SandboxError(reply.get("error", "sandbox error"))
         return reply, out
@@ -142,6 +155,17 @@ class BwrapSandbox:
     @property
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
+
+    def answers(self, timeout: float = 5.0) -> bool:
+        """Whether the resident answers a ping within `timeout` seconds (a
+        restarted one's greeting is read first). One that does not is
+        closed: it cannot be trusted with a request."""
+        try:
+            self._call({"op": "ping"}, timeout=timeout)
+            return True
+        except SandboxError:
+            self.close()
+            return False
 
     # -------------------------------------------------------------------- API
     def _limits(self, limits: Limits | None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from sandboxes.base import ExecResult, SandboxError
 from sandboxes.cgroups import Cgroups, Slot
 from sandboxes.config import Limits, SandboxConfig
 from sandboxes.isolation import BwrapCommand, Runtime, bwrap_argv, enforced_limits, entered, rlimits_of, seccomp_pipe
+from sandboxes.spawn import spawn
 
 
 def run_once(
@@ -159,7 +160,7 @@ def _run(
     scratch: _HostScratch | None,
 ) -> ExecResult:
     t0 = time.monotonic()
-    proc = subprocess.Popen(
+    proc = spawn(  # see sandboxes/spawn.py: bubblewrap's --die-with-parent follows the thread
         entered(full, slot, cg, rl),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,

@@ -391,6 +391,52 @@ def test_a_snippet_that_stops_the_executor_is_detected() -> None:
         assert time.monotonic() - t0 < 6 and not box.alive
 
 
+def test_a_sandbox_outlives_the_thread_that_started_it() -> None:
+    """bubblewrap's --die-with-parent follows the parent *thread*: a sandbox a
+    short-lived thread started (a verifier's thread pool filling an empty warm
+    pool) was SIGKILLed when that thread ended, and the next user found it dead."""
+    import threading
+
+    made: list[BwrapSandbox] = []
+    t = threading.Thread(target=lambda: made.append(BwrapSandbox(SandboxConfig(limits=SMALL))))
+    t.start()
+    t.join()
+    (box,) = made
+    with box:
+        time.sleep(0.5)  # the thread is gone; a signal tied to it has long arrived
+        assert box.alive and box.exec(["echo", "alive"]).stdout == b"alive\n"
+
+
+def _signal_resident(box: BwrapSandbox, sig: int) -> int:
+    """Signal the sandbox's processes that run as its slot's uid (the resident,
+    not bubblewrap) from the host, as a fault would; how many were signalled."""
+    assert box.cg is not None
+    n = 0
+    for pid in box.cg.pids():
+        status = Path(f"/proc/{pid}/status").read_text()
+        uid = int(next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1])
+        if uid == box.slot.uid:
+            os.kill(pid, sig)
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL], ids=["hung", "dead"])
+def test_the_pool_never_hands_out_a_sandbox_whose_resident_does_not_answer(sig: int) -> None:
+    """A sandbox whose resident died or hung while it waited in the pool is
+    closed and replaced at `take`, never handed out."""
+    with WarmPool(SandboxConfig(limits=SMALL), size=1, answer_s=1.0) as pool:
+        deadline = time.time() + 20
+        while pool.ready.qsize() < 1 and time.time() < deadline:
+            time.sleep(0.02)
+        waiting = pool.ready.queue[0]
+        assert _signal_resident(waiting, sig) >= 1
+        got = pool.take()
+        assert got is not waiting and not waiting.alive
+        assert got.exec(["echo", "ok"]).stdout == b"ok\n"
+        got.close()
+
+
 def test_resident_executor_keeps_no_state_between_snippets(sb: BwrapSandbox) -> None:
     py(sb, "import json\njson.loads = None\nglobal_var = 1")
     code, out, _ = py(sb, "import json\nprint(json.loads('[1]'), 'global_var' in globals())")

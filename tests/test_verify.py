@@ -454,3 +454,59 @@ def test_a_sandbox_that_cannot_start_gives_a_verdict_not_an_exception(
         assert verdict.reward == 0.0 and "sandbox failed" in verdict.failure and "slots" in verdict.failure
     finally:
         held.release()
+
+
+def _lose_the_next_sandbox(v: Verifier, monkeypatch: pytest.MonkeyPatch, times: int) -> list[object]:
+    """The next `times` sandboxes the pool hands out die just after their ping
+    and before the verification's first request: a fault outside the candidate."""
+    import signal
+    import time
+
+    take, lost = v.pool.take, []
+
+    def dying(timeout: float = 0.0) -> object:
+        sb = take(timeout)
+        if len(lost) < times:
+            lost.append(sb)
+            sb.proc.send_signal(signal.SIGKILL)  # bubblewrap, and with it the resident
+            while sb.proc.poll() is None:
+                time.sleep(0.001)
+        return sb
+
+    monkeypatch.setattr(v.pool, "take", dying)
+    return lost
+
+
+@pytest.mark.parametrize("kind", ["function", "harbor"])
+def test_a_verification_whose_sandbox_died_before_it_began_is_run_again_not_scored(
+    kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rl.tasks.harbor import import_harbor
+
+    task = TASK0 if kind == "function" else import_harbor(Path(__file__).parent / "fixtures/harbor/hello-file")
+    answer = TASK0.reference if kind == "function" else ""
+    with Verifier(VerifyConfig(parallel=1)) as v:
+        if kind == "function":
+            v.floor(task)  # the floor, measured before the fault
+        lost = _lose_the_next_sandbox(v, monkeypatch, times=2)
+        final = None if kind == "function" else dict(task.files, **{"hello.txt": "Hello, world!\n"})
+        verdict = v.verify(task, answer, final_files=final)
+        assert len(lost) == 2 and v.lost == 2, verdict
+        assert verdict.passed and verdict.reward == 1.0 and verdict.failure == "", verdict
+
+
+def test_a_verification_is_run_again_a_bounded_number_of_times(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rl.verify.verifier import LOST_RETRIES
+
+    with Verifier(VerifyConfig(parallel=1)) as v:
+        v.floor(TASK0)
+        _lose_the_next_sandbox(v, monkeypatch, times=LOST_RETRIES + 1)
+        verdict = v.verify(TASK0, TASK0.reference)
+        assert v.lost == LOST_RETRIES and not verdict.passed and "sandbox failed" in verdict.failure
+
+
+def test_a_candidate_that_kills_its_sandbox_is_scored_not_run_again(verifier: Verifier) -> None:
+    lost = verifier.lost
+    killer = "    import os, signal\n    os.kill(-1, signal.SIGKILL)\n    return True\n"
+    verdict = verifier.verify(TASK0, killer)
+    assert verifier.lost == lost and not verdict.passed and verdict.reward == 0.0, verdict

@@ -93,6 +93,19 @@ class Curves:
         tb.add_scalar("rollout/batches", seq + 1, step)
         tb.flush()
 
+    def sandboxes(self, groups_committed: int, replaced: int, verifier_replaced: int, verifier_lost: int) -> None:
+        """Sandbox faults outside the policy's code, counted since the worker
+        started: sandboxes found dead or hung in a warm pool and replaced
+        (the episodes' pool, the verifier's), and verifications run again
+        because their sandbox died before they began."""
+        if self.tb is None:
+            return
+        step = groups_committed * self.group_size
+        self.tb.add_scalar("rollout/sandboxes/replaced", replaced, step)
+        self.tb.add_scalar("rollout/verifier/sandboxes_replaced", verifier_replaced, step)
+        self.tb.add_scalar("rollout/verifier/runs_again", verifier_lost, step)
+        self.tb.flush()
+
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()

@@ -489,6 +489,7 @@ class Worker:
         if self._curves is not None:
             latest = self.store.weights.latest() or 0
             self._curves.batch(mine, seq, results, samples, self.stats, time.monotonic() - self.started, latest)
+            self._curves.sandboxes(mine, self.pool.replaced, self.verifier.pool.replaced, self.verifier.lost)
         self.save(
             batches=seq + 1,
             groups_committed=mine,

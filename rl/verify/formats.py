@@ -125,30 +125,25 @@ def verify_harbor(v: Verifier, task: Task, script: str, final: dict[str, str] | 
     if final is None and script:
         files["/tmp/harbor/solve.sh"] = script
     limits = Limits(wall_s=task.limits.wall_s, cpu_s=task.limits.wall_s, memory_mb=task.limits.memory_mb)
-    reward, why, limit, duration = None, "", None, 0.0
-    try:
-        sb = v.pool.take()
-    except SandboxError as e:
-        return _harbor_verdict(v, task, None, f"verifier error: sandbox failed: {e}", None, t0, 0.0)
-    try:
+
+    def grade(sb: Any) -> tuple[float | None, str, str | None, float]:
         sb.run_snippet(f"import os\nos.makedirs({LOGS!r}, exist_ok=True)\n", files=files)
         if final is None and script:
             sb.exec(["bash", "/tmp/harbor/solve.sh"], limits=limits, cwd="/sandbox")
         r = sb.exec(["bash", f"{TESTS}/test.sh"], limits=limits, cwd="/sandbox")
-        limit, duration = r.limit, r.duration_s
         for name in ("reward.txt", "reward.json"):
             got = sb.exec(["cat", f"{LOGS}/{name}"], limits=Limits(wall_s=5.0))
             if got.exit_code == 0:
                 reward = harbor_reward(got.stdout.decode(errors="replace"), name)
-                why = "" if reward is not None else f"{name} holds no reward"
-                break
-        else:
-            tail = (r.stdout + r.stderr).decode(errors="replace")[-300:]
-            why = f"test.sh wrote no reward file (exit {r.exit_code}{', ' + limit if limit else ''}): {tail}"
+                return reward, "" if reward is not None else f"{name} holds no reward", r.limit, r.duration_s
+        tail = (r.stdout + r.stderr).decode(errors="replace")[-300:]
+        why = f"test.sh wrote no reward file (exit {r.exit_code}{', ' + r.limit if r.limit else ''}): {tail}"
+        return None, why, r.limit, r.duration_s
+
+    try:  # given back reset: nothing of this work dir reaches the next verification
+        reward, why, limit, duration = v.in_sandbox(grade)
     except SandboxError as e:
-        sb.close()
         return _harbor_verdict(v, task, None, f"verifier error: sandbox failed: {e}", None, t0, 0.0)
-    v.pool.give(sb)  # reset: nothing of this work dir reaches the next verification
     return _harbor_verdict(v, task, reward, why, limit, t0, duration)
 
 

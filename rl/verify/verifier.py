@@ -37,8 +37,9 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from rl.tasks.format import Task
 from rl.verify.checks import aggregate, efficiency_score, final_state_score, static_score, tests_score
@@ -47,11 +48,15 @@ from rl.verify.formats import verify_harbor, verify_node, verify_sql
 from rl.verify.verdict import Verdict
 from sandboxes.config import Limits, SandboxConfig
 
+T = TypeVar("T")
+
 RUNNER = (Path(__file__).with_name("runner.py")).read_text()
 SQL_RUNNER = (Path(__file__).with_name("sql_runner.py")).read_text()
 SQL_MARKER = "@@SARL-SQL@@"
 NODE_RUNNER = (Path(__file__).with_name("node_runner.py")).read_text()
 NODE_MARKER = "@@SARL-NODE@@"
+LOST_RETRIES = 3
+"""How many times a verification whose sandbox was dead before it began is run again on a fresh one."""
 RUNTIME_PROBES = {"node": ["node", "--version"]}
 """A command that runs in the sandbox when a task's runtime is there
 (`system` needs nothing beyond the resident's Python)."""
@@ -76,9 +81,43 @@ class Verifier:
         self._audit_lock = threading.Lock()
         self._floor: dict[str, float] = {}  # task_id -> best pass rate of a constant answer
         self._runtimes: dict[str, str] = {}  # runtime -> "" or why the sandbox cannot run it
+        self.lost = 0
+        """Verifications run again because their sandbox was dead before they reached it (in_sandbox)."""
         from sandboxes import interpreter
 
         self._python, self._trees = interpreter(self.sandbox)
+
+    def in_sandbox(self, use: Callable[[Any], T], clean: bool = False) -> T:
+        """`use(sandbox)` on a sandbox of the pool, given back after (reset,
+        unless `clean`: `use` reset it already). A sandbox that turns out
+        dead before any request of `use` reached it (SandboxLost: nothing of
+        the candidate ran) is replaced and `use` run again, at most
+        LOST_RETRIES times, each counted in `lost`: such a death says
+        nothing of the candidate and is never its verdict. Any other
+        SandboxError, or a loss once `use` had sent a request (the
+        candidate's code may be what killed it), closes the sandbox and is
+        raised."""
+        from sandboxes import SandboxError
+        from sandboxes.base import SandboxLost
+
+        for attempt in range(LOST_RETRIES + 1):
+            sb = self.pool.take()
+            before = getattr(sb, "sent", 0)
+            try:
+                out = use(sb)
+            except SandboxLost:
+                sb.close()
+                if attempt == LOST_RETRIES or getattr(sb, "sent", 0) != before:
+                    raise
+                with self._audit_lock:
+                    self.lost += 1
+                continue
+            except SandboxError:
+                sb.close()
+                raise
+            self.pool.give(sb, clean=clean)
+            return out
+        raise AssertionError("unreachable")
 
     @property
     def workers(self) -> int:
@@ -203,9 +242,7 @@ class Verifier:
                 from sandboxes import SandboxError
 
                 try:
-                    sb = self.pool.take()
-                    r = sb.exec(probe, limits=Limits(wall_s=10.0))
-                    self.pool.give(sb)
+                    r = self.in_sandbox(lambda sb: sb.exec(probe, limits=Limits(wall_s=10.0)))
                     if r.exit_code != 0:
                         why = f"runtime {runtime!r}: `{probe[0]}` does not run in the sandbox ({r.stderr[-200:]!r})"
                 except (SandboxError, OSError) as e:
@@ -243,20 +280,17 @@ class Verifier:
         is the result's error."""
         from sandboxes import SandboxError
 
+        def run(sb: Any) -> Any:
+            return sb.run_snippet(code, limits=limits, globals={"PARAMS": params}, cache=True, reset_after=own)
+
         own = sandbox is None
-        try:
-            sb = self.pool.take() if own else sandbox
-        except SandboxError as e:
-            return {"error": f"sandbox failed: {e}"}
-        try:
-            r = sb.run_snippet(code, limits=limits, globals={"PARAMS": params}, cache=True, reset_after=own)
-        except SandboxError as e:
-            if not own:
-                raise
-            sb.close()
-            return {"error": f"sandbox failed: {e}"}
-        if own:
-            self.pool.give(sb, clean=True)
+        if not own:
+            r = run(sandbox)  # the episode's: a failure of its sandbox is raised (retried as an episode)
+        else:
+            try:
+                r = self.in_sandbox(run, clean=True)
+            except SandboxError as e:
+                return {"error": f"sandbox failed: {e}"}
         out = r.stdout.decode(errors="replace").rstrip("\n")
         _, sep, last = out.rpartition("\n" + marker)
         result: dict[str, Any] = {"limit": r.limit} if r.limit else {}
@@ -339,24 +373,21 @@ class Verifier:
         else:
             files = {f"/sandbox/{path}": content for path, content in task.files.items()}
             files["/sandbox/solution.py"] = solution
-        try:
-            sb = self.pool.take()
-        except SandboxError as e:  # no sandbox could be started: this sample's verdict says so
-            return {"error": f"sandbox failed: {e}"}
         try:  # files, run and reset in one round trip to the sandbox
-            r = sb.run_snippet(
-                RUNNER,  # the same code every time: compiled once by the agent
-                limits=limits,
-                stream=task.tests.encode(),
-                files=files,
-                reset_after=True,
-                globals={"PARAMS": params},
-                cache=True,
+            r = self.in_sandbox(
+                lambda sb: sb.run_snippet(
+                    RUNNER,  # the same code every time: compiled once by the agent
+                    limits=limits,
+                    stream=task.tests.encode(),
+                    files=files,
+                    reset_after=True,
+                    globals={"PARAMS": params},
+                    cache=True,
+                ),
+                clean=True,
             )
-        except SandboxError as e:
-            sb.close()
+        except SandboxError as e:  # none could be started, or it died under the candidate: the verdict says so
             return {"error": f"sandbox failed: {e}"}
-        self.pool.give(sb, clean=True)
         if r.limit:
             return {"limit": r.limit, "error": f"limit hit: {r.limit}", "duration_s": r.duration_s}
         result = _runner_result(r.stdout)
