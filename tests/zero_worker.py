@@ -45,6 +45,7 @@ def main() -> None:
     for stage in stages:
         lc = LearnerRole.model_validate(
             {"zero_stage": stage, "samples_per_step": 4, "micro_batches": 2, "optimizer": {"lr": 1e-3}}
+            | {"precision": "float32"}
         )
         t = Trainer(str(model), lc)
         before = _weights(t)

@@ -31,13 +31,14 @@ __all__ = ["BadRequest", "Completion", "Engine", "SamplingParams", "check_prompt
 def make_engine(engine: EngineConfig, model: ModelConfig, seed: int = 0) -> Engine:
     """Build the configured engine on the base checkpoint."""
     from rl.model import checkpoint
+    from rl.precision import engine_dtype
 
-    path = checkpoint(model)
+    path, dtype = checkpoint(model), engine_dtype(model.dtype)
     if isinstance(engine, VLLMEngineConfig):
         from rl.engine.vllm import VLLMEngine
 
-        return VLLMEngine(Path(path), model.dtype, engine, seed)
+        return VLLMEngine(Path(path), dtype, engine, seed)
     assert isinstance(engine, HFEngineConfig)
     from rl.engine.hf import HFEngine
 
-    return HFEngine(Path(path), model.dtype, engine)
+    return HFEngine(Path(path), dtype, engine)

@@ -67,6 +67,21 @@ class Engine:
         pass
 
 
+def check_fits(weights: Any, version: int, base: str | os.PathLike[str]) -> None:
+    """Every checksum of weight `version` verified, and a version of LoRA
+    adapters checked to fit the base model in folder `base`: a StoreError
+    that says why otherwise, raised before an engine's weights change."""
+    from rl.engine.lora import check_fits as adapter_fits
+    from rl.store import StoreError
+
+    _, tensors = weights.load(version, verify=True)
+    if weights.adapter(version) is not None:
+        try:
+            adapter_fits(tensors, base)
+        except ValueError as e:
+            raise StoreError(f"version {version}: {e}") from None
+
+
 def check_prompts(prompts: Any, params: SamplingParams, vocab_size: int, max_model_len: int) -> list[list[int]]:
     """Validate the prompts of a request: lists of token ids within the
     vocabulary, short enough for `max_model_len` with `max_tokens` to come;

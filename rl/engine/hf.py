@@ -24,6 +24,9 @@ class HFEngine(Engine):
         if cfg.threads:
             torch.set_num_threads(cfg.threads)
         self.torch = torch
+        self.path = path
+        self.base: Any = None
+        """The float32 base a LoRA version is merged into (read at the first one)."""
         self.device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
         self.model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype)).eval()
         self.model.to(self.device)
@@ -82,10 +85,19 @@ class HFEngine(Engine):
         return Completion(tokens, logprobs, reason)
 
     def load_version(self, store: str | os.PathLike[str], version: int) -> None:
+        from rl.engine.base import check_fits
+        from rl.engine.lora import ResidentBase
         from rl.store import StoreError
         from rl.store.weights import WeightStore
 
-        _, tensors = WeightStore(store).load(version)
+        weights = WeightStore(store)
+        check_fits(weights, version, self.path)
+        _, tensors = weights.load(version, verify=False)  # verified just above
+        record = weights.adapter(version)
+        if record is not None:  # merged into the resident base copy (rl.engine.lora)
+            if self.base is None:
+                self.base = ResidentBase(self.path)
+            tensors = self.base.merge(tensors, record)
         params = dict(self.model.named_parameters())
         missing = sorted(set(params) - set(tensors))
         if self.model.config.tie_word_embeddings and "lm_head.weight" in missing:

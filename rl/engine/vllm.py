@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rl.engine.base import Completion, Engine
+from rl.engine.base import Completion, Engine, check_fits
 from rl.engine.config import SamplingParams, VLLMEngineConfig
 
 
@@ -16,6 +16,7 @@ class VLLMEngine(Engine):
 
     def __init__(self, path: Path, dtype: str, cfg: VLLMEngineConfig, seed: int = 0):
         os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = str(cfg.cpu_reserved_cores)
+        self.path = path
         from vllm import LLM
 
         self.llm = LLM(
@@ -104,9 +105,10 @@ class VLLMEngine(Engine):
         from rl.store.weights import WeightStore
 
         # Verified here, before the engine is touched: a corrupt or missing
-        # version raises its own StoreError and the engine keeps its weights.
-        # The worker then maps the same immutable files without hashing again.
-        WeightStore(store).load(version, verify=True)
+        # version, or an adapter that does not fit the base, raises its own
+        # StoreError and the engine keeps its weights. The worker then maps
+        # the same immutable files without hashing again.
+        check_fits(WeightStore(store), version, self.path)
         with self.lock:
             self.llm.collective_rpc("sarl_load_version", args=(str(store), int(version), False))
             self.llm.reset_prefix_cache()  # cached KV blocks were computed by the old weights

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -46,6 +46,23 @@ class OptimizerConfig(Section):
     """After warmup: constant, or cosine decay to 10% of `lr` at `learner.steps`."""
     grad_clip: float = Field(1.0, gt=0)
     """Global gradient norm clip."""
+
+
+class LoraSection(Section):
+    """Train low-rank adapters (peft LoRA) instead of every weight: the
+    base stays frozen, the optimizer holds the adapters' moments alone, a
+    publish writes the adapters alone (a few MB), and generators merge them
+    into their resident copy of the base."""
+
+    rank: int = Field(16, ge=1, le=1024)
+    """The adapters' rank r."""
+    alpha: float = Field(32.0, gt=0)
+    """Scale numerator: an adapter adds (alpha / rank) x B A to its weight."""
+    dropout: float = Field(0.0, ge=0, lt=1)
+    """Dropout on the adapters' input (0: none, and a step is deterministic)."""
+    target_modules: Literal["all-linear"] | list[str] = "all-linear"
+    """The linear layers that get an adapter: `all-linear` (every one but
+    the output layer), or module name suffixes (`["q_proj", "v_proj"]`)."""
 
 
 class LearnerRole(RoleConfig):
@@ -97,8 +114,18 @@ class LearnerRole(RoleConfig):
     """DeepSpeed ZeRO stage: 0 replicates everything on each rank; 1
     partitions the optimizer state over the ranks, 2 also the gradients, 3
     also the weights (gathered to publish them)."""
-    bf16: bool = False
-    """Train in bf16 (DeepSpeed's bf16 mode); off: float32."""
+    precision: Literal["auto", "float32", "bf16-autocast", "bf16"] = "auto"
+    """How the learner computes. `float32`; `bf16-autocast`: float32 weights
+    and optimizer, matrix products in bf16 (torch.autocast), log-probs and
+    the loss in float32; `bf16`: DeepSpeed's bf16 mode (bf16 weights,
+    float32 master weights in the optimizer). `auto`: bf16-autocast where
+    the learner's device multiplies in bf16 (a CUDA device that supports it,
+    a CPU with avx512_bf16 or amx_bf16), else float32 (rl.precision).
+    Published full weights are bf16 under the bf16 modes, float32 under
+    float32, unless `[model] dtype` names one."""
+    lora: LoraSection | None = None
+    """Train LoRA adapters (`[learner.lora]`); none: every weight (or the
+    top `train_top_layers` blocks)."""
     collective_timeout_s: float = Field(900.0, ge=30, json_schema_extra=SAFE)
     """Seconds any collective of the ranks may wait (a step's all-reduce, a
     broadcast, a checkpoint): a rank that stops answering makes the others
@@ -128,8 +155,20 @@ class LearnerRole(RoleConfig):
     weight. Frozen blocks cost no backward pass and no optimizer state: on
     CPUs and small budgets, a step takes about half the time."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "bf16" in data:
+            raise ValueError(
+                'bf16: replaced by `precision` ("auto", "float32", "bf16-autocast" or "bf16"; '
+                '`bf16 = true` is `precision = "bf16"`)'
+            )
+        return data
+
     @model_validator(mode="after")
     def _check(self) -> LearnerRole:
+        if self.lora is not None and self.train_top_layers is not None:
+            raise ValueError("lora and train_top_layers: choose one way to train part of the model")
         if self.micro_batch_tokens is not None and self.micro_batches != 1:
             raise ValueError(
                 f"micro_batches = {self.micro_batches} and micro_batch_tokens = {self.micro_batch_tokens}: "

@@ -99,6 +99,28 @@ def freeze_below(model: Any, top: int) -> None:
         norm.requires_grad_(True)
 
 
+def with_lora(model: Any, lora: Any, seed: int) -> Any:
+    """`model` with LoRA adapters (peft) on `lora.target_modules`, every
+    other weight frozen. The adapters start as peft starts them (A random,
+    B zero: the model is unchanged), from `seed`, whatever the RNG's state."""
+    from peft import LoraConfig, get_peft_model
+
+    config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        bias="none",
+        task_type="CAUSAL_LM",
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        try:
+            return get_peft_model(model, config)
+        except ValueError as e:  # a target module the model does not have
+            raise ValueError(f"learner.lora.target_modules: {e}") from None
+
+
 def _minibatches(samples: list[Sample], k: int) -> list[list[Sample]]:
     """`samples` in `k` shares of whole groups (group-relative advantages
     are computed over the step first), in their order; fewer when there are
@@ -130,9 +152,11 @@ def episode_advantages(loss_cfg: Any, samples: list[Sample]) -> torch.Tensor:
 
 
 class Trainer:
-    def __init__(self, model_path: str, lc: LearnerRole, rendezvous: Path | None = None):
+    def __init__(self, model_path: str, lc: LearnerRole, rendezvous: Path | None = None, seed: int = 0):
         import deepspeed
         from transformers import AutoModelForCausalLM
+
+        from rl.precision import learner_precision
 
         if lc.threads:
             torch.set_num_threads(lc.threads)
@@ -140,16 +164,23 @@ class Trainer:
         self.lc = lc
         self.rank, self.world = dist.rank(), dist.world()
         self.updating = False
+        self.precision = learner_precision(lc.precision)
+        """float32, bf16-autocast or bf16: `lc.precision` decided on this machine (rl.precision)."""
         model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
         model.config.use_cache = False
         self.reference: Any = None
-        if lc.loss.kl_coef > 0:  # the base model, frozen: what the KL term pulls towards
+        if lc.loss.kl_coef > 0 and lc.lora is None:  # the base model, frozen: what the KL term pulls towards
             self.reference = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).eval()
             self.reference.requires_grad_(False)
         if lc.train_top_layers is not None:
             freeze_below(model, lc.train_top_layers)
+        if lc.lora is not None:
+            model = with_lora(model, lc.lora, seed)
+        self.partial = any(not p.requires_grad for p in model.parameters())
+        """Some weights are frozen (LoRA, train_top_layers): they are neither
+        optimised nor checkpointed (the base model holds them)."""
         o = lc.optimizer
-        params = [p for p in model.parameters() if p.requires_grad]
+        params = [p for p in model.parameters() if p.requires_grad]  # no moments for frozen weights
         opt = torch.optim.AdamW(params, lr=o.lr, betas=o.betas, weight_decay=o.weight_decay)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, _schedule(lc))
         ds_config = {
@@ -160,7 +191,7 @@ class Trainer:
             "managed_gradient_accumulation": False,
             "gradient_clipping": o.grad_clip,
             "zero_optimization": {"stage": lc.zero_stage},
-            "bf16": {"enabled": lc.bf16},
+            "bf16": {"enabled": self.precision == "bf16"},
             "steps_per_print": 10**9,
         }
         self.engine, _, _, self.scheduler = deepspeed.initialize(
@@ -168,6 +199,11 @@ class Trainer:
         )
         if self.reference is not None:
             self.reference.to(self.engine.device)
+
+    def _autocast(self) -> Any:
+        """bf16 matrix products under `bf16-autocast` (the weights, the
+        log-softmax and the loss stay float32); nothing otherwise."""
+        return torch.autocast(self.engine.device.type, dtype=torch.bfloat16, enabled=self.precision == "bf16-autocast")
 
     # --------------------------------------------------------------- forward
     def _forward(self, samples: list[Sample]) -> dict[str, torch.Tensor]:
@@ -188,11 +224,16 @@ class Trainer:
         temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in samples])
         dev = self.engine.device
         ids, attn, mask, behaviour, temps = (t.to(dev) for t in (ids, attn, mask, behaviour, temps))
-        logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask, temps)
+        with self._autocast():
+            logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask, temps)
         out = {"logp": logp, "mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "entropy_sum": entropy}
-        if self.reference is not None:
-            with torch.no_grad():
-                out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask, temps)[0]
+        if self.lc.loss.kl_coef > 0:  # the base model's log-probs: a frozen copy, or the adapters switched off
+            with torch.no_grad(), self._autocast():
+                if self.reference is not None:
+                    out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask, temps)[0]
+                else:
+                    with self.engine.module.disable_adapter():
+                        out["ref_logp"] = token_logprobs(self.engine, ids, attn, mask, temps)[0]
         return out
 
     # ------------------------------------------------------------------ step
@@ -342,10 +383,21 @@ class Trainer:
 
     # ----------------------------------------------------------- persistence
     def state_dict(self) -> dict[str, torch.Tensor]:
-        """The weights under Hugging Face names (what generators load). Under
-        ZeRO-3 each rank holds a partition of every weight: this gathers them
-        (a collective: every rank calls it) and copies them out."""
+        """The weights under Hugging Face names (what generators load), or
+        under LoRA the adapters alone (rl.engine.lora). Under ZeRO-3 each
+        rank holds a partition of every weight: this gathers them (a
+        collective: every rank calls it) and copies them out."""
         module = self.engine.module
+        if self.lc.lora is not None:
+            from rl.engine.lora import adapter_tensors
+
+            gather = self.lc.zero_stage == 3
+            if not gather:
+                return adapter_tensors(module)
+            import deepspeed
+
+            with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
+                return adapter_tensors(module)
         if self.lc.zero_stage < 3:
             return {k: v.detach() for k, v in module.state_dict().items()}
         import deepspeed
@@ -353,12 +405,23 @@ class Trainer:
         with deepspeed.zero.GatheredParameters(list(module.parameters()), modifier_rank=None):
             return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
+    def adapter_record(self) -> dict[str, Any] | None:
+        """What a publish of `state_dict()` says of it: the adapters' rank,
+        alpha and scale under LoRA, None for whole weights."""
+        lora = self.lc.lora
+        if lora is None:
+            return None
+        return {"rank": lora.rank, "alpha": lora.alpha, "scale": lora.alpha / lora.rank}
+
     def save(self, folder: Any) -> None:
-        self.engine.save_checkpoint(str(folder), tag=TAG)
+        """DeepSpeed's checkpoint: the trained weights (all of them, or
+        without the frozen ones: the base model holds those), the
+        optimizer's moments of the trained ones, the schedule."""
+        self.engine.save_checkpoint(str(folder), tag=TAG, exclude_frozen_parameters=self.partial)
 
     def load(self, folder: Any) -> None:
         """Raises on a checkpoint DeepSpeed cannot read (a missing file makes
         it return nothing rather than raise)."""
-        path, _ = self.engine.load_checkpoint(str(folder), tag=TAG)
+        path, _ = self.engine.load_checkpoint(str(folder), tag=TAG, load_module_strict=not self.partial)
         if path is None:
             raise RuntimeError(f"{folder}: DeepSpeed found no checkpoint to load (tag {TAG})")

@@ -89,8 +89,13 @@ class Training:
         from rl.model import checkpoint
 
         self.model_path = checkpoint(self.ctx.model)
-        self.trainer = Trainer(str(self.model_path), self.lc, rendezvous=self.rendezvous)
+        self.trainer = Trainer(str(self.model_path), self.lc, rendezvous=self.rendezvous, seed=self.ctx.seed)
         self.lead = dist.rank() == 0
+        if self.lead:
+            from rl.precision import describe
+
+            log.info("learner precision %s (%s)", self.trainer.precision, describe())
+            self.save_state(precision=self.trainer.precision)
         self.references = self._references(self.model_path)
         self._resume()
         self.tb = self._tb() if self.lead else None
@@ -218,7 +223,9 @@ class Training:
                 if load_failed:  # the failed load may have changed some weights: start clean
                     from rl.learner.trainer import Trainer
 
-                    self.trainer = Trainer(str(self.model_path), self.lc, rendezvous=self.rendezvous)
+                    self.trainer = Trainer(
+                        str(self.model_path), self.lc, rendezvous=self.rendezvous, seed=self.ctx.seed
+                    )
                 random.seed(self.ctx.seed)
                 np.random.seed(self.ctx.seed % 2**32)
                 torch.manual_seed(self.ctx.seed)
@@ -300,7 +307,9 @@ class Training:
         if (self.step % lc.publish_every == 0 or self.step == lc.steps) and not redone:
             weights = self.trainer.state_dict()  # every rank: under ZeRO-3 a gather
             if self.lead:
-                self.store.weights.publish(weights, version=self.step, dtype=self.ctx.model.dtype)
+                adapter = self.trainer.adapter_record()
+                dtype = None if adapter is not None else self._published_dtype()  # adapters: float32, a few MB
+                self.store.weights.publish(weights, version=self.step, dtype=dtype, adapter=adapter)
                 if lc.keep_versions is not None:
                     self.store.weights.retain(lc.keep_versions)
                 figures["publish_s"] = time.monotonic() - t0
@@ -313,11 +322,20 @@ class Training:
             figures["checkpoint_s"] = time.monotonic() - t1
         return figures
 
+    def _published_dtype(self) -> str:
+        """Full weights are published in `[model] dtype`, or under `auto` in
+        the learner's own precision: bf16 under its bf16 modes (the
+        generators' cast where they compute in float32), else float32."""
+        if self.ctx.model.dtype != "auto":
+            return str(self.ctx.model.dtype)
+        return "float32" if self.trainer.precision == "float32" else "bfloat16"
+
     def _weight_change(self, weights: dict[str, Any]) -> float:
         """||w - w0|| / ||w0|| over every weight the run's model file holds:
         how far training has moved the policy (a step of RL that moves it by
-        1e-5 has changed nothing a held-out score could show). The start is
-        read once from the model folder (the base, or the export RL began from)."""
+        1e-5 has changed nothing a held-out score could show); under LoRA,
+        w - w0 is each adapter's scale x B A. The start is read once from
+        the model folder (the base, or the export RL began from)."""
         import math
 
         import torch
@@ -328,14 +346,19 @@ class Training:
             self._start_weights = {}
             for f in sorted(Path(self.model_path).glob("*.safetensors")):
                 self._start_weights.update(load_file(str(f)))
-        num = den = 0.0
-        for k, w0 in self._start_weights.items():
-            w = weights.get(k)
-            if w is None or tuple(w.shape) != tuple(w0.shape):
-                continue
-            d = w.detach().to(torch.float64) - w0.to(torch.float64)
-            num += float((d * d).sum())
-            den += float((w0.to(torch.float64) ** 2).sum())
+        adapter = self.trainer.adapter_record()
+        if adapter is not None:
+            from rl.engine.lora import deltas
+
+            moved = deltas(weights, float(adapter["scale"]))
+        else:
+            moved = {
+                k: weights[k].detach().to(torch.float64) - w0.to(torch.float64)
+                for k, w0 in self._start_weights.items()
+                if k in weights and tuple(weights[k].shape) == tuple(w0.shape)
+            }
+        num = sum(float((d.to(torch.float64) ** 2).sum()) for d in moved.values())
+        den = sum(float((w0.to(torch.float64) ** 2).sum()) for w0 in self._start_weights.values())
         return math.sqrt(num / den) if den > 0 else float("nan")
 
     def save_checkpoint(self) -> None:

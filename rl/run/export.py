@@ -3,7 +3,10 @@ checkpoint folder (config.json, model.safetensors, the tokenizer), which
 `transformers`, vLLM, or another run's `[model] path` loads as it is.
 
 The folder is the base model's folder with the version's weights in place of
-its own, and `sarl-export.json` saying where they came from. It is built
+its own, and `sarl-export.json` saying where they came from. A version of
+LoRA adapters (a run with `[learner.lora]`) is merged into the base's
+weights (rl.engine.lora), each merged weight in the base's own dtype: the
+folder is a plain checkpoint that needs no adapter support to load. It is built
 under a temporary name and committed with one rename: an interrupted export
 leaves nothing at DIR. Every checksum of the version is verified on the way.
 """
@@ -53,12 +56,16 @@ def export(run_dir: Path, out: Path, version: int | None = None) -> dict[str, An
     if out.exists():
         raise ExportError(f"{out}: exists; export writes a new folder")
     _, tensors = weights.load(version, verify=True)
+    adapter = weights.adapter(version)
+    if adapter is not None:
+        tensors = _merged(base, tensors, float(adapter["scale"]))
     record = {
         "run": str(rd.path),
         "version": version,
         "base": str(base),
         "dtype": cfg.model.dtype,
         "tensors": len(tensors),
+        "adapter": adapter,
         "exported_at": time.time(),
     }
 
@@ -73,3 +80,19 @@ def export(run_dir: Path, out: Path, version: int | None = None) -> dict[str, An
     if not commit_dir(out, build):
         raise ExportError(f"{out}: another export committed it first")
     return {**record, "folder": str(out)}
+
+
+def _merged(base: Path, adapter: dict[str, Any], scale: float) -> dict[str, Any]:
+    """The base folder's weights with the adapters merged, each in the base's dtype."""
+    from safetensors.torch import load_file
+
+    from rl.engine.lora import merged
+
+    own: dict[str, Any] = {}
+    for f in sorted(base.glob("*.safetensors")):
+        own.update(load_file(str(f)))
+    try:
+        out = merged(own, adapter, scale)
+    except ValueError as e:
+        raise ExportError(f"the version's adapters do not fit the base model {base}: {e}") from None
+    return {k: v.to(own[k].dtype) for k, v in out.items()}

@@ -135,6 +135,14 @@ class WeightStore:
                 raise CorruptData(f"{path}: tensor {name!r} is not described whole")
         return data
 
+    def adapter(self, version: int) -> dict[str, Any] | None:
+        """The adapter record of `version` (rank, alpha, scale) when it holds
+        LoRA adapters (rl.engine.lora), None when it holds weights."""
+        record = self.manifest(version).get("adapter")
+        if record is not None and not (isinstance(record, dict) and isinstance(record.get("scale"), int | float)):
+            raise CorruptData(f"{self.path(version) / MANIFEST}: its adapter record has no scale")
+        return record
+
     # ---------------------------------------------------------------- publish
     def publish(
         self,
@@ -143,6 +151,7 @@ class WeightStore:
         dtype: str | None = "bfloat16",
         full_every: int = 10,
         changed: Collection[str] | None = None,
+        adapter: Mapping[str, Any] | None = None,
     ) -> Published:
         """Publish `state_dict` as `version` (default: latest + 1). Floating
         tensors are stored as `dtype` (None: as they are). Publishing a
@@ -214,6 +223,8 @@ class WeightStore:
             "blob_bytes": offset,
             "tensors": entries,
         }
+        if adapter is not None:
+            manifest["adapter"] = dict(adapter)
 
         def build(tmp: Path) -> None:
             self._write_blob(tmp, [(_raw(tensors[n]), entries[n]["offset"]) for n in to_write], offset)
