@@ -165,15 +165,17 @@ class Config(Section):
         if self.learner is not None:
             self.learner.agent = self.agent()
             self.learner.groups_per_step = self.rollout.groups_per_step or None if self.rollout else None
+            self.learner.eval_every = self.eval.every if self.eval is not None else None
             self.learner.model_fields_set.discard("agent")
             self.learner.model_fields_set.discard("groups_per_step")
+            self.learner.model_fields_set.discard("eval_every")
         if self.eval is not None:
             self.eval.agent = self.eval.agent or self.agent()
             self.eval.engine = self.eval.engine or self.engine()
 
     def _check_learner(self, lc: LearnerRole) -> None:
         ranks = lc.job.nodes * lc.job.tasks_per_node
-        if lc.micro_batch_tokens is None and lc.micro_batches % ranks:
+        if lc.micro_batches is not None and lc.micro_batches % ranks:
             raise ValueError(
                 f"learner.micro_batches = {lc.micro_batches} is not a multiple of the {ranks} ranks "
                 "(job.nodes x job.tasks_per_node): each rank takes the same number of micro-batches"

@@ -93,23 +93,27 @@ class LearnerRole(RoleConfig):
     one (AReaL's decoupled objective): with `ppo_epochs x minibatches` = 1
     it is 1 and the clip (`loss.clip`, `clip_high`) cannot bind; with more
     it does (`clip_frac`). Warmup and decay count learner steps."""
-    micro_batches: int = Field(1, ge=1, le=1024)
-    """Gradient accumulation: a step's samples are split into this many
-    micro-batches of about equal tokens; the loss is normalised over the
-    whole step, so the split does not change it."""
-    micro_batch_tokens: int | None = Field(None, ge=1)
-    """Instead of `micro_batches`: pack each micro-batch up to this many
-    padded tokens (longest sample x samples), so memory stays bounded
-    whatever the lengths; a step takes as many as its samples need."""
+    micro_batch_tokens: int | None = Field(4096, ge=1)
+    """Gradient accumulation by a token budget: each micro-batch is packed
+    up to this many padded tokens (longest sample x samples), so memory
+    stays bounded whatever the lengths (long multi-turn samples ran a
+    learner out of memory at a fixed count); a step takes as many as its
+    samples need. The loss is normalised over the whole step, so the split
+    does not change it."""
+    micro_batches: int | None = Field(None, ge=1, le=1024)
+    """Instead of the token budget: split each step into exactly this many
+    micro-batches of about equal tokens."""
     publish_every: int = Field(1, ge=1)
     """Publish a weight version every this many steps (and at the last)."""
     checkpoint_every: int = Field(1, ge=1, json_schema_extra=SAFE)
     """Checkpoint every this many steps (and on USR2, and at the last)."""
     keep_checkpoints: int = Field(2, ge=1, json_schema_extra=SAFE)
     """Complete checkpoints kept; older ones are deleted."""
-    keep_versions: int | None = Field(None, ge=1, json_schema_extra=SAFE)
+    keep_versions: int | None = Field(3, ge=1, json_schema_extra=SAFE)
     """Published weight versions kept in the store besides those a generator
-    pins (and the full versions their deltas point into); None: all."""
+    or `sarl eval` pins while it loads one, those the run's evaluator has yet
+    to evaluate, and the full versions their deltas point into; None: all
+    (full weights of a 7B model are 15 GB a version)."""
     zero_stage: int = Field(0, ge=0, le=3)
     """DeepSpeed ZeRO stage: 0 replicates everything on each rank; 1
     partitions the optimizer state over the ranks, 2 also the gradients, 3
@@ -136,6 +140,9 @@ class LearnerRole(RoleConfig):
     """Seconds between looks at the store while waiting for rollouts."""
     threads: int = Field(0, ge=0, json_schema_extra=SAFE)
     """torch intra-op threads (0: torch's default)."""
+    eval_every: int | None = resolved("eval.every")
+    """The run's evaluator evaluates every this many versions: retention
+    keeps those until it has (None: the run has no evaluator)."""
     groups_per_step: int | None = resolved("rollout.groups_per_step")
     """The groups of one sync round: a sync step waits until each is
     committed or given up (None without rollout workers)."""
@@ -169,16 +176,19 @@ class LearnerRole(RoleConfig):
     def _check(self) -> LearnerRole:
         if self.lora is not None and self.train_top_layers is not None:
             raise ValueError("lora and train_top_layers: choose one way to train part of the model")
-        if self.micro_batch_tokens is not None and self.micro_batches != 1:
-            raise ValueError(
-                f"micro_batches = {self.micro_batches} and micro_batch_tokens = {self.micro_batch_tokens}: "
-                "choose one way to split a step"
-            )
+        if self.micro_batches is not None:
+            if "micro_batch_tokens" in self.model_fields_set and self.micro_batch_tokens is not None:
+                raise ValueError(
+                    f"micro_batches = {self.micro_batches} and micro_batch_tokens = {self.micro_batch_tokens}: "
+                    "choose one way to split a step"
+                )
+            self.micro_batch_tokens = None  # a count instead of the default budget
+            self.model_fields_set.discard("micro_batch_tokens")
         if self.minibatches > self.samples_per_step:
             raise ValueError(
                 f"minibatches = {self.minibatches} is more than samples_per_step = {self.samples_per_step}"
             )
-        if self.micro_batches > self.samples_per_step:
+        if self.micro_batches is not None and self.micro_batches > self.samples_per_step:
             raise ValueError(
                 f"micro_batches = {self.micro_batches} is more than samples_per_step = {self.samples_per_step}"
             )

@@ -289,7 +289,7 @@ class Trainer:
         against."""
         out: dict[int, torch.Tensor] = {}
         with torch.no_grad():
-            for part in micro_batches(samples, max(1, self.lc.micro_batches), self.lc.micro_batch_tokens):
+            for part in micro_batches(samples, self.lc.micro_batches, self.lc.micro_batch_tokens):
                 if not part:
                     continue
                 logp = self._forward(part)["logp"].cpu()

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rl.context import RunContext
+from rl.fsio import CorruptFile, read_json
 from rl.learner import dist
 from rl.learner.checkpoints import LearnerCheckpoints
 from rl.learner.config import LearnerRole
@@ -311,7 +312,7 @@ class Training:
                 dtype = None if adapter is not None else self._published_dtype()  # adapters: float32, a few MB
                 self.store.weights.publish(weights, version=self.step, dtype=dtype, adapter=adapter)
                 if lc.keep_versions is not None:
-                    self.store.weights.retain(lc.keep_versions)
+                    self.store.weights.retain(lc.keep_versions, also_keep=self._not_yet_evaluated())
                 figures["publish_s"] = time.monotonic() - t0
                 figures["weight_change"] = self._weight_change(weights)
         elif redone:
@@ -321,6 +322,19 @@ class Training:
             self.save_checkpoint()
             figures["checkpoint_s"] = time.monotonic() - t1
         return figures
+
+    def _not_yet_evaluated(self) -> set[int]:
+        """Versions the run's evaluator will evaluate and has not yet (every
+        `eval_every`-th: rl.eval.loop.due_versions), read from its state."""
+        every = self.lc.eval_every
+        if every is None:
+            return set()
+        try:
+            state = read_json(self.ctx.layout.state_path("eval", 0))
+        except CorruptFile:  # unreadable: nothing is known to be evaluated
+            state = None
+        done = {int(v) for v in state.get("evaluated", {})} if isinstance(state, dict) else set()
+        return {v for v in self.store.weights.versions() if v % every == 0 and v not in done}
 
     def _published_dtype(self) -> str:
         """Full weights are published in `[model] dtype`, or under `auto` in

@@ -183,10 +183,13 @@ def run_status(rd: RunDir, store: bool = True) -> dict[str, Any]:
     """Every role's tasks; with `store`, also the store's damaged entries."""
     cfg = rd.config()
     roles = [role_status(rd, name, rc.tasks) for name, rc in cfg.roles().items()]
+    from rl.run.disk import disk_use
     from rl.run.overview import overview
 
+    disk = disk_use(rd.path)
     return {
         "training": overview(rd, cfg),
+        "disk": disk,
         "store_damaged": store_damage(rd) if store else [],
         "run_dir": str(rd.path),
         "name": cfg.run.name,
@@ -231,6 +234,12 @@ def render(st: dict[str, Any], all_tasks: bool = False) -> str:
     glance = render_overview(st.get("training", {}))
     if glance:
         lines += [*glance, ""]
+    if "disk" in st:
+        from rl.run.disk import render_disk
+
+        lines += [render_disk(st["disk"]), ""]
+        if st["disk"]["warning"]:
+            lines[1:1] = [f"WARNING: {st['disk']['warning']}", ""]
     header = f"{'ROLE':<12}{'TASKS':>6}{'DONE':>6}{'RUN':>6}{'PEND':>6}{'FAIL':>6}  {'LAST BEAT':<11} JOBS"
     lines.append(header)
     for name, r in st["roles"].items():
