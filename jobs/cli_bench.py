@@ -62,10 +62,12 @@ def add_commands(sub: Any) -> None:
     )
     b = bench(
         "learner",
-        "training tokens/s of the DeepSpeed learner vs a plain PyTorch loop on SmolLM2-135M; peak memory",
-        "2 samples of 96 tokens, 1 timed step",
+        "training tokens/s: bf16 vs float32, auto, LoRA vs full steps, DeepSpeed vs a plain PyTorch loop; "
+        "a LoRA version's publish and load vs a full one's",
+        "2 samples of 96 tokens, 1 timed step, 2 versions",
     )
-    b.add_argument("--dtype", choices=["bfloat16", "float32"], default="float32")
+    b.add_argument("--model", default=None, help="checkpoint folder (default: the built-in SmolLM2-135M)")
+    b.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="the engine a version is loaded into")
     b = bench(
         "learn",
         "held-out pass@1 of the base model, the quickstart's SFT warm start, SFT + RL, and a shuffled-reward control",
@@ -95,6 +97,13 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--model", default=None, help="base model checkpoint folder (default: the built-in SmolLM2-135M)")
     b.add_argument("--timeout", type=float, default=3600, help="seconds each run may take")
     b.add_argument("--max-staleness", type=int, default=2, help="async mode's bound, in versions (>= 1)")
+    b.add_argument(
+        "--vs",
+        choices=["modes", "compute"],
+        default="modes",
+        help="modes: async beside sync; compute: the quickstart's RL run with float32 and full fine-tuning "
+        "beside auto precision and LoRA",
+    )
     b = bench(
         "endpoint",
         "requests/s and tokens/s through the OpenAI endpoint vs the native token protocol, concurrency 1 and 16",

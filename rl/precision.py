@@ -65,12 +65,15 @@ def engine_dtype(requested: str) -> str:
 
 
 def learner_precision(requested: str) -> str:
-    """How the learner computes: `requested`, or for `auto` bf16 autocast
-    (float32 weights and optimizer, bf16 matrix products) where bf16 is
-    fast, else float32."""
+    """How the learner computes: `requested`, or for `auto` `bf16` (bf16
+    weights, float32 master weights in the optimizer) where bf16 is fast,
+    else float32. Measured on 2 cores with bf16, a SmolLM2-135M step of 8
+    samples: float32 7.6 s, bf16 autocast 4.3 s (it casts every float32
+    weight at every forward), bf16 weights 3.7-4.0 s; under LoRA, autocast
+    3.3-3.6 s and bf16 weights 3.0 s."""
     if requested != "auto":
         return requested
-    return "bf16-autocast" if bf16_fast() else "float32"
+    return "bf16" if bf16_fast() else "float32"
 
 
 def describe() -> str:

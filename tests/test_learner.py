@@ -953,15 +953,25 @@ def test_sft_on_task_references_lowers_their_loss_and_publishes(workdir: Path, t
 
 
 @pytest.mark.slow
-def test_bench_learner_reports_deepspeed_beside_plain_pytorch(workdir: Path) -> None:
+def test_bench_learner_reports_each_figure_beside_its_baseline(workdir: Path, tiny_model: Path) -> None:
     import json
 
-    out = sarl("bench", "learner", "--quick", "--json", cwd=workdir, timeout=900)
+    out = sarl("bench", "learner", "--quick", "--json", "--model", str(tiny_model), "--engine", "hf", cwd=workdir)
     r = json.loads(out.stdout)
-    assert r["learner_tok_s"] > 0 and r["torch_tok_s"] > 0
-    assert r["ratio"] == pytest.approx(r["learner_tok_s"] / r["torch_tok_s"], rel=0.01)
-    # both sides hold the 135M model, its gradients and AdamW's two moments (at least 4 x 0.54 GB)
-    assert r["learner_peak_gb"] > 2.0 and r["torch_peak_gb"] > 2.0
+    for name in ("fp32", "bf16", "autocast", "auto", "lora", "torch"):
+        assert r[f"{name}_tok_s"] > 0 and r[f"{name}_peak_gb"] > 0.1, name
+    assert (
+        r["fp32_precision"] == "float32"
+        and r["bf16_precision"] == "bf16"
+        and r["autocast_precision"] == "bf16-autocast"
+    )
+    assert r["bf16_over_fp32"] == pytest.approx(r["bf16_tok_s"] / r["fp32_tok_s"], rel=0.01)
+    assert r["lora_over_full_step"] == pytest.approx(r["lora_step_s"] / r["auto_step_s"], rel=0.01)
+    assert r["ratio"] == pytest.approx(r["autocast_tok_s"] / r["torch_tok_s"], rel=0.01)
+    assert r["auto_no_bf16_precision"] == "float32"  # this CPU with its bf16 flags hidden
+    assert r["auto_precision"] == ("bf16" if "no bf16" not in r["machine"] else "float32")
+    # a LoRA version is its adapters: a small fraction of the weights' bytes
+    assert 0 < r["lora_bytes"] < 0.2 * r["full_bytes"] and r["lora_publish_load_s"] > 0
     assert r["tokens_per_step"] > 50
 
 

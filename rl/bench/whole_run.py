@@ -1,6 +1,17 @@
-"""`sarl bench rl`: end-to-end trained samples per second of a whole run, in
-async mode beside sync mode, measured in the same invocation.
+"""`sarl bench rl`: end-to-end trained samples per second of a whole run, two
+runs of one config measured in the same invocation: async mode beside sync
+mode (`--vs modes`, the default), or the compute of the quickstart's RL run
+before this round's work beside after it (`--vs compute`).
 
+`--vs compute`: the quickstart's RL shape (sync mode, 4 groups of 4 per
+step, replies of up to 256 tokens, one turn, the roles sharing every core)
+run with float32 everywhere and full fine-tuning in 2 micro-batches (the
+quickstart's compute until now), then with `auto` precision (bf16 where the
+CPU has it), LoRA r16 on every linear layer and micro-batches cut by the
+token budget. `compute_ratio` = after / before (target >= 3), beside the
+mean sampled reply length of each (the same `max_tokens`).
+
+`--vs modes`:
 One config, run twice on the local executor (`run.mode = "sync"`, then
 `"async"` with `max_staleness = 2`, `--max-staleness`): a generator, a rollout worker (the agent
 in bubblewrap sandboxes, rewarded by hidden tests) and the learner, on
@@ -63,10 +74,27 @@ class Shape:
 
 FULL = Shape(steps=6, groups_per_step=2, group_size=4, max_tokens=96, train_top_layers=8)
 QUICK = Shape(steps=3, groups_per_step=1, group_size=2, max_tokens=8, train_top_layers=None)
+QUICKSTART = Shape(steps=5, groups_per_step=4, group_size=4, max_tokens=256, train_top_layers=None)
+"""The quickstart's RL run (examples/quickstart-rl.toml)."""
+
+COMPUTE = {
+    "before": {"dtype": "float32", "learner": 'precision = "float32"\nmicro_batches = 2\n'},
+    "after": {"dtype": "auto", "learner": 'precision = "auto"\n[learner.lora]\nrank = 16\nalpha = 32\n'},
+}
+"""`--vs compute`: the quickstart's compute until this round, and now."""
 
 
 def _config(
-    mode: str, model: str, tasks: Path, engine: str, p: Shape, gen: list[int], lrn: list[int], stale_max: int
+    name: str,
+    mode: str,
+    model: str,
+    tasks: Path,
+    engine: str,
+    p: Shape,
+    gen: list[int] | None,
+    lrn: list[int] | None,
+    stale_max: int,
+    compute: dict[str, str] | None = None,
 ) -> str:
     """The run's config. Episodes in flight: two steps' worth, so that in
     async mode the next step's replies are generated while this step's are
@@ -77,22 +105,23 @@ def _config(
     the learner is done."""
     stale = f"max_staleness = {stale_max}\n" if mode == "async" else ""
     top = f"train_top_layers = {p.train_top_layers}\n" if p.train_top_layers else ""
+    compute = compute or {"dtype": "float32", "learner": ""}
+    pin = {"gen": f"cpu_list = {gen}\n" if gen else "", "lrn": f"cpu_list = {lrn}\n" if lrn else ""}
     return f"""
 [run]
-name = "{mode}"
+name = "{name}"
 root = "runs"
 mode = "{mode}"
 {stale}seed = 1
 [model]
 path = {json.dumps(model)}
-dtype = "float32"
+dtype = "{compute["dtype"]}"
 [generator]
 poll_s = 0.2
 [generator.engine]
 {engine}
 [generator.job]
-cpu_list = {gen}
-mem_gb = 8
+{pin["gen"]}mem_gb = 8
 [rollout]
 tasks_file = {json.dumps(str(tasks))}
 groups = {2 * p.steps * p.groups_per_step}
@@ -104,18 +133,16 @@ batch_groups = 1
 max_turns = 1
 max_tokens = {p.max_tokens}
 [rollout.job]
-cpu_list = {gen}
-[learner]
+{pin["gen"]}[learner]
 steps = {p.steps}
 samples_per_step = {p.samples_per_step}
 poll_s = 0.2
 checkpoint_every = {p.steps}
 keep_checkpoints = 1
-{top}[learner.optimizer]
+{top}{compute["learner"]}[learner.optimizer]
 lr = 1e-6
 [learner.job]
-cpu_list = {lrn}
-mem_gb = 8
+{pin["lrn"]}mem_gb = 8
 """
 
 
@@ -138,10 +165,12 @@ def _figures(run: Path) -> dict[str, float]:
     window = max(t1 - t0, 1e-9)
     # by step, not wall time: step 1's figures are written a moment after t0
     waits = [v for _, step, v in learner.get("learner/wait_s", []) if step > steps[0][1]]
+    lengths = [v for _, step, v in learner.get("learner/response_len", []) if step > steps[0][1]]
     out = {
         "samples_s": sum(v for _, _, v in steps[1:]) / window,
         "window_s": window,
         "idle_learner": min(1.0, sum(waits) / window),
+        "response_len": sum(lengths) / max(1, len(lengths)),
     }
 
     def share(role: str, tag: str) -> float:
@@ -181,11 +210,12 @@ def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     from rl.tasks.synthesis import synthesize
 
     cores = sorted(os.sched_getaffinity(0))
-    if len(cores) < 2:
+    compute = args.vs == "compute"
+    if not compute and len(cores) < 2:
         raise SarlError(f"bench rl: pins the roles to 2 groups of cores; this process may use {len(cores)} core")
     half = len(cores) // 2
-    gen, lrn = cores[:half], cores[half:]
-    p = QUICK if args.quick else FULL
+    gen, lrn = (None, None) if compute else (cores[:half], cores[half:])
+    p = QUICK if args.quick else (QUICKSTART if compute else FULL)
     model = str(Path(args.model).resolve()) if args.model else "smollm2-135m-instruct"
     engine = 'type = "hf"\nmax_model_len = 1024' if args.quick else 'type = "vllm"\nmax_model_len = 2048'
     work = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="sarl-bench-rl-"))
@@ -194,48 +224,66 @@ def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     write_tasks(tasks, synthesize("all", 60, seed=1))
     sarl = str(Path(sys.executable).with_name("sarl"))
     r: dict[str, Any] = {"quick": bool(args.quick), "model": args.model or "smollm2-135m-instruct", **asdict(p)}
-    r.update(generator_cores=gen, learner_cores=lrn, samples_per_step=p.samples_per_step)
+    r.update(vs=args.vs, generator_cores=gen, learner_cores=lrn, samples_per_step=p.samples_per_step)
     r["max_staleness"] = args.max_staleness
-    bar = tqdm(total=2 * p.steps, desc="bench rl (learner steps, sync then async)", file=sys.stderr)
+    runs = [("before", "sync", COMPUTE["before"]), ("after", "sync", COMPUTE["after"])] if compute else [
+        ("sync", "sync", None), ("async", "async", None)]  # fmt: skip
+    bar = tqdm(total=2 * p.steps, desc=f"bench rl (learner steps, {runs[0][0]} then {runs[1][0]})", file=sys.stderr)
     try:
-        for mode in ("sync", "async"):
-            folder = work / mode
+        for name, mode, how in runs:
+            folder = work / name
             folder.mkdir(exist_ok=True)
             cfg = folder / "run.toml"
-            cfg.write_text(_config(mode, model, tasks, engine, p, gen, lrn, args.max_staleness))
+            cfg.write_text(_config(name, mode, model, tasks, engine, p, gen, lrn, args.max_staleness, how))
             out = subprocess.run([sarl, "submit", str(cfg), "--cluster", "local"], cwd=folder,
                                  capture_output=True, text=True)  # fmt: skip
             if out.returncode != 0:
-                raise SarlError(f"bench rl: sarl submit of the {mode} run failed:\n{out.stderr[-2000:]}")
-            run = folder / "runs" / mode
+                raise SarlError(f"bench rl: sarl submit of the {name} run failed:\n{out.stderr[-2000:]}")
+            run = folder / "runs" / name
             try:
-                _wait_done(run, p.steps, mode, bar, timeout_s=args.timeout)
+                _wait_done(run, p.steps, name, bar, timeout_s=args.timeout)
             finally:
                 subprocess.run([sarl, "cancel", str(run)], cwd=folder, capture_output=True)
             for k, v in _figures(run).items():
-                r[f"{mode}_{k}"] = round(v, 4)
+                r[f"{name}_{k}"] = round(v, 4)
+            r[f"{name}_samples_min"] = round(60 * r[f"{name}_samples_s"], 2)
+            if compute:
+                from rl.run.disk import disk_use
+
+                r[f"{name}_disk_bytes"] = disk_use(run)["total"]
     finally:
         bar.close()
         if not args.dir:
             shutil.rmtree(work, ignore_errors=True)
-    r["ratio"] = round(r["async_samples_s"] / max(r["sync_samples_s"], 1e-12), 3)
+    a, b = runs[1][0], runs[0][0]
+    r["compute_ratio" if compute else "ratio"] = round(r[f"{a}_samples_s"] / max(r[f"{b}_samples_s"], 1e-12), 3)
     return r, _lines(r)
 
 
 def _lines(r: dict[str, Any]) -> list[str]:
-    def row(mode: str) -> str:
+    def row(name: str) -> str:
         return (
-            f"  {mode:<6} {r[f'{mode}_samples_s']:8.3f} samples/s   idle: generator {r[f'{mode}_idle_generator']:5.0%}"
-            f"  learner {r[f'{mode}_idle_learner']:5.0%}  rollout {r[f'{mode}_idle_rollout']:5.0%}"
-            f"   generator swapping weights {r[f'{mode}_swap_generator']:4.0%}"
-            f"   ({r[f'{mode}_window_s']:.0f} s steady window)"
+            f"  {name:<6} {r[f'{name}_samples_s']:8.3f} samples/s ({r[f'{name}_samples_min']:.1f}/min)"
+            f"   idle: generator {r[f'{name}_idle_generator']:5.0%}"
+            f"  learner {r[f'{name}_idle_learner']:5.0%}  rollout {r[f'{name}_idle_rollout']:5.0%}"
+            f"   generator swapping weights {r[f'{name}_swap_generator']:4.0%}"
+            f"   replies {r[f'{name}_response_len']:.0f} tokens   ({r[f'{name}_window_s']:.0f} s steady window)"
         )
 
+    quick = " [--quick: not a measurement]" if r["quick"] else ""
+    if r["vs"] == "compute":
+        return [
+            f"rl: trained samples/s of the quickstart's RL shape, {r['steps']} steps of {r['samples_per_step']} "
+            f"samples, up to {r['max_tokens']} tokens per reply, sync, the roles sharing the cores{quick}",
+            row("before") + "   [float32, full fine-tuning, 2 micro-batches]",
+            row("after") + "   [auto precision, LoRA r16, token-budget micro-batches]",
+            f"  after / before {r['compute_ratio']} (target >= 3); run folders {r['before_disk_bytes'] / 1e9:.2f} GB "
+            f"and {r['after_disk_bytes'] / 1e9:.2f} GB",
+        ]
     return [
         f"rl: trained samples/s of a whole run, {r['steps']} steps of {r['samples_per_step']} samples, "
         f"{r['max_tokens']} tokens per reply, async max_staleness {r['max_staleness']}; generator and rollout on "
-        f"cores {r['generator_cores']}, learner on {r['learner_cores']}"
-        + (" [--quick: not a measurement]" if r["quick"] else ""),
+        f"cores {r['generator_cores']}, learner on {r['learner_cores']}" + quick,
         row("sync"),
         row("async"),
         f"  async / sync {r['ratio']} (target >= 1.5); generator idle in async "

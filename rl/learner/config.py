@@ -121,10 +121,12 @@ class LearnerRole(RoleConfig):
     precision: Literal["auto", "float32", "bf16-autocast", "bf16"] = "auto"
     """How the learner computes. `float32`; `bf16-autocast`: float32 weights
     and optimizer, matrix products in bf16 (torch.autocast), log-probs and
-    the loss in float32; `bf16`: DeepSpeed's bf16 mode (bf16 weights,
-    float32 master weights in the optimizer). `auto`: bf16-autocast where
-    the learner's device multiplies in bf16 (a CUDA device that supports it,
-    a CPU with avx512_bf16 or amx_bf16), else float32 (rl.precision).
+    the loss in float32 (under LoRA the frozen base is held in bf16); `bf16`:
+    DeepSpeed's bf16 mode (bf16 weights, float32 master weights in the
+    optimizer). `auto`: `bf16` where the learner's device multiplies in
+    bf16 (a CUDA device that supports it, a CPU with avx512_bf16 or
+    amx_bf16; the fastest mode there, with or without LoRA: rl.precision),
+    float32 elsewhere. Log-probs are float32 in every mode.
     Published full weights are bf16 under the bf16 modes, float32 under
     float32, unless `[model] dtype` names one."""
     lora: LoraSection | None = None

@@ -51,6 +51,11 @@ def _schedule(lc: LearnerRole) -> Any:
     return factor
 
 
+ENTROPY_ROWS = 256
+"""Trained positions the entropy figure is measured at, at most (evenly
+spaced, the sum scaled up): a diagnostic that cost a tenth of a step."""
+
+
 def token_logprobs(
     model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, temperature: float | torch.Tensor = 1.0
 ) -> tuple[Any, Any, Any]:
@@ -58,27 +63,53 @@ def token_logprobs(
     where tokens are trained, the positions computed), of the distribution
     the tokens were sampled from: the logits divided by `temperature` (one
     for all rows, or one a row), as the engines' behaviour log-probs are
-    (rl.engine). The vocabulary
-    projection and softmax run only at positions where some row trains a
-    token: over prompts they were most of a step's time and memory (49k
-    logits a position). Elsewhere the log-probs are 0, and masked out."""
+    (rl.engine).
+
+    The vocabulary projection and softmax run only where a token is
+    trained (each row's own positions, not every row at every position some
+    row trains: 49k logits a position were most of a step's time and memory
+    over prompts and padding). Elsewhere the log-probs are 0, and masked
+    out. A log-prob is the token's logit less the log-sum-exp of its row, in
+    float32 (no whole log-softmax is kept); the entropy is measured at
+    ENTROPY_ROWS positions at most."""
     trained = mask[:, 1:] > 0  # the logits at position p predict token p + 1
-    keep = trained.any(0).nonzero().squeeze(-1)
-    if keep.numel() == 0:  # nothing trained (a weight-0 pass): one position keeps the graph
-        keep = torch.tensor([ids.shape[1] - 2], device=ids.device)
-    target = ids[:, 1:].index_select(1, keep)[..., None]
-    logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits.float()
+    rows, cols = trained.nonzero(as_tuple=True)
+    if rows.numel() == 0:  # nothing trained (a weight-0 pass): one position keeps the graph
+        rows = torch.zeros(1, dtype=torch.long, device=ids.device)
+        cols = torch.tensor([ids.shape[1] - 2], device=ids.device)
+    logits = _logits_at(model, ids, attn, rows, cols)
+    if isinstance(temperature, torch.Tensor) and bool((temperature == 1.0).all()):
+        temperature = 1.0
     if isinstance(temperature, torch.Tensor):
-        logits = logits / temperature.to(logits).view(-1, 1, 1)
+        logits = logits / temperature.to(logits)[rows, None]
     elif temperature != 1.0:
         logits = logits / temperature
-    kept = torch.log_softmax(logits, -1)
-    logp = torch.zeros(ids.shape[0], ids.shape[1] - 1, device=ids.device)
-    logp = logp.index_copy(1, keep, kept.gather(-1, target).squeeze(-1))
+    lse = torch.logsumexp(logits, -1)
+    picked = logits.gather(-1, ids[rows, cols + 1][:, None]).squeeze(-1) - lse
+    logp = torch.zeros(ids.shape[0], ids.shape[1] - 1, device=ids.device).index_put((rows, cols), picked)
     with torch.no_grad():  # the policy's entropy where it sampled
-        rows = kept[trained.index_select(1, keep)]
-        entropy = -(rows.exp() * rows).sum(-1).sum()
-    return logp, entropy, keep
+        n = int(trained.sum())
+        at = torch.arange(0, n, max(1, -(-n // ENTROPY_ROWS)), device=ids.device)
+        sub = logits[at] - lse[at, None]
+        entropy = -(sub.exp() * sub).sum() * (n / max(1, len(at)))
+    return logp, entropy, cols.unique()
+
+
+def _logits_at(model: Any, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> Any:
+    """float32 logits at (row, position) pairs: the decoder's last hidden
+    states there, through the output layer. A model whose parts cannot be
+    found that way (or that transforms its logits, as a soft cap does) runs
+    whole, its logits taken at those positions."""
+    inner = getattr(model, "module", model)  # a DeepSpeed engine's model
+    inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft: adapters stay in
+    decoder = inner.get_decoder() if hasattr(inner, "get_decoder") else None
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+    if decoder is None or head is None or getattr(inner.config, "final_logit_softcapping", None):
+        keep = cols.unique()
+        out = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
+        return out[rows, torch.searchsorted(keep, cols)].float()
+    hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+    return head(hidden[rows, cols]).float()
 
 
 def freeze_below(model: Any, top: int) -> None:
@@ -175,7 +206,11 @@ class Trainer:
         if lc.train_top_layers is not None:
             freeze_below(model, lc.train_top_layers)
         if lc.lora is not None:
-            model = with_lora(model, lc.lora, seed)
+            if self.precision != "float32":
+                # the frozen base in bf16: its products are bf16 under autocast anyway, and a
+                # float32 base is cast again at every forward (30% of a LoRA step on 2 cores)
+                model.to(torch.bfloat16)
+            model = with_lora(model, lc.lora, seed)  # adapters in float32 (peft's autocast_adapter_dtype)
         self.partial = any(not p.requires_grad for p in model.parameters())
         """Some weights are frozen (LoRA, train_top_layers): they are neither
         optimised nor checkpointed (the base model holds them)."""

@@ -365,9 +365,9 @@ class Training:
             from rl.engine.lora import deltas
 
             moved = deltas(weights, float(adapter["scale"]))
-        else:
+        else:  # against the start as the learner holds it (rounded to bf16 in its bf16 mode)
             moved = {
-                k: weights[k].detach().to(torch.float64) - w0.to(torch.float64)
+                k: weights[k].detach().to(torch.float64) - w0.to(weights[k].dtype).to(torch.float64)
                 for k, w0 in self._start_weights.items()
                 if k in weights and tuple(weights[k].shape) == tuple(w0.shape)
             }
