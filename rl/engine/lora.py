@@ -57,10 +57,14 @@ def deltas(adapter: Mapping[str, Any], scale: float) -> dict[str, Any]:
     }
 
 
-def merged(base: Mapping[str, Any], adapter: Mapping[str, Any], scale: float) -> dict[str, Any]:
+def merged(
+    base: Mapping[str, Any], adapter: Mapping[str, Any], scale: float, into: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """Every tensor of `base`, with each adapted weight replaced by base +
-    scale x B @ A (float32). A ValueError names a module the base does not
-    have or whose shape the adapter does not fit."""
+    scale x B @ A (float32), written into `into`'s tensor of that name when
+    it has one (reused buffers: fresh ones cost page faults, 0.5 s a merge
+    for SmolLM2-135M on 2 cores). A ValueError names a module the base does
+    not have or whose shape the adapter does not fit."""
     import torch
 
     out = dict(base)
@@ -73,7 +77,10 @@ def merged(base: Mapping[str, Any], adapter: Mapping[str, Any], scale: float) ->
             raise ValueError(
                 f"the adapter's factors of {m} ({tuple(b.shape)} x {tuple(a.shape)}) do not fit {name} {tuple(w.shape)}"
             )
-        out[name] = torch.addmm(w.float(), b, a, alpha=scale)  # one pass: w + scale x B @ A
+        buf = None if into is None else into.get(name)
+        if buf is not None and (buf.shape != w.shape or buf.dtype != torch.float32):
+            buf = None
+        out[name] = torch.addmm(w.float(), b, a, alpha=scale, out=buf)  # one pass: w + scale x B @ A
     return out
 
 
@@ -118,10 +125,14 @@ class ResidentBase:
     def __init__(self, folder: str | os.PathLike[str]):
         self.folder = Path(folder)
         self._weights: dict[str, Any] | None = None
+        self._merged: dict[str, Any] = {}
+        """The last merge's adapted weights, whose memory the next one reuses."""
 
     def merge(self, adapter: Mapping[str, Any], record: Mapping[str, Any]) -> dict[str, Any]:
         """The base with `adapter` merged, `record` being the manifest's
         `adapter` entry (its `scale`)."""
         if self._weights is None:
             self._weights = read_base(self.folder)
-        return merged(self._weights, adapter, float(record["scale"]))
+        out = merged(self._weights, adapter, float(record["scale"]), into=self._merged)
+        self._merged = {k: v for k, v in out.items() if v is not self._weights.get(k)}
+        return out
