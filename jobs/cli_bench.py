@@ -104,6 +104,8 @@ def add_commands(sub: Any) -> None:
         help="modes: async beside sync; compute: the quickstart's RL run with float32 and full fine-tuning "
         "beside auto precision and LoRA",
     )
+    b.add_argument("--after-mode", choices=["sync", "async"], default="sync", help="--vs compute: the mode of the "
+                   "run after (async: at most --max-staleness versions behind)")  # fmt: skip
     b = bench(
         "endpoint",
         "requests/s and tokens/s through the OpenAI endpoint vs the native token protocol, concurrency 1 and 16",

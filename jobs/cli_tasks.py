@@ -30,8 +30,8 @@ def add_commands(sub: Any) -> None:
         help="a family, or a group: all (default), classic (11 families of few templates each), composed "
         "(programs composed of small operations: thousands of templates), workspace (42 packages to fix, "
         "implement or make pass with tools), sql (111 questions over 3 SQLite databases), node (14 JavaScript "
-        "functions); "
-        "`--family list` lists them",
+        "functions), text (8 text transforms answered in the reply, graded by LCS ratio: the positive control "
+        "of learning); `--family list` lists them",
     )
     s.add_argument(
         "-n",
@@ -58,11 +58,61 @@ def add_commands(sub: Any) -> None:
         help="what held-out tasks share with training tasks: templates, reference programs, near-duplicate prompts; "
         "exit 1 when any leaks",
     )
-    s.add_argument("train", type=Path, metavar="TRAIN.jsonl")
-    s.add_argument("held", type=Path, metavar="HELDOUT.jsonl")
-    s.add_argument("--threshold", type=float, default=0.8, help="near-duplicate: estimated Jaccard at least this")
+    s.add_argument("files", type=Path, nargs="+", metavar="TRAIN.jsonl [...] HELDOUT.jsonl",
+                   help="training files, then the held-out file")  # fmt: skip
+    s.add_argument(
+        "--level",
+        choices=("templates", "instances", "both"),
+        default="templates",
+        help="templates: shared templates, reference programs, near-duplicate descriptions (a held-out set of "
+        "templates no run trained on); instances: the same task (prompt, reference program, behaviour, "
+        "near-duplicate whole prompt), whatever its template (fresh instances of trained templates)",
+    )
+    s.add_argument("--threshold", type=float, default=None, help="near-duplicate: estimated Jaccard at least this "
+                   "(default 0.8 for templates, 0.9 for instances)")  # fmt: skip
     s.add_argument("--json", action="store_true")
     s.set_defaults(handler=leaks)
+    s = tsub.add_parser(
+        "sets",
+        help="task sets by role from a generated file: A (warm start), U (whole templates no run trains on) "
+        "and candidates for B (fresh instances of the other templates); then `sarl tasks band`",
+    )
+    s.add_argument("file", type=Path, metavar="TASKS.jsonl")
+    s.add_argument("--held-out", type=float, required=True, metavar="FRACTION", help="of the tasks, by templates: U")
+    s.add_argument(
+        "--new",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="of the other templates, kept from A: B may then hold templates new to the warm start",
+    )
+    s.add_argument("--candidates", type=int, default=2, metavar="N", help="fresh instances of each template")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("-o", "--prefix", type=Path, help="PREFIX.A.jsonl, ... (default: TASKS without .jsonl)")
+    s.set_defaults(handler=sets)
+    s = tsub.add_parser(
+        "band",
+        help="B and B': the candidates of the templates whose measured pass rate (sarl eval -n 8 on the "
+        "candidates) is within a band, and fresh instances of them",
+    )
+    s.add_argument("candidates", type=Path, metavar="CANDIDATES.jsonl")
+    s.add_argument(
+        "--results",
+        type=Path,
+        nargs="+",
+        required=True,
+        metavar="EVAL_FOLDER",
+        help="`sarl eval` result folders (their results.jsonl) of the warm start on the candidates",
+    )
+    s.add_argument("--band", type=float, nargs=2, default=(0.1, 0.8), metavar=("LOW", "HIGH"))
+    s.add_argument("--fresh", type=int, default=4, metavar="N", help="fresh instances of each kept template: B'")
+    s.add_argument("--avoid", type=Path, nargs="*", default=[], metavar="FILE",
+                   help="task files no B' task may be an instance of (A, U, ...)")  # fmt: skip
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument(
+        "-o", "--prefix", type=Path, help="PREFIX.B.jsonl, PREFIX.B-fresh.jsonl (default: beside CANDIDATES)"
+    )
+    s.set_defaults(handler=band)
     s = tsub.add_parser("validate", help="check every task; write a report and a clean task file")
     s.add_argument("file", type=Path, metavar="TASKS.jsonl")
     s.add_argument("-o", "--output", type=Path, help="clean task file (default: TASKS.clean.jsonl)")
@@ -125,6 +175,13 @@ def generate(args: argparse.Namespace) -> int:
         write_tasks(args.output, tasks)
         print(f"wrote {len(tasks)} {args.family} tasks to {args.output}", file=sys.stderr)
         return 0
+    if args.family == "text":
+        from rl.tasks.texts import TRANSFORMS, text_tasks
+
+        tasks = text_tasks(sorted(TRANSFORMS), args.n or 100, args.seed)
+        write_tasks(args.output, tasks)
+        print(f"wrote {len(tasks)} text tasks ({len(TRANSFORMS)} transforms) to {args.output}", file=sys.stderr)
+        return 0
     if args.family == "list":
         from rl.tasks.families import GROUPS
 
@@ -161,19 +218,78 @@ def split(args: argparse.Namespace) -> int:
 
 def leaks(args: argparse.Namespace) -> int:
     from rl.tasks.format import read_tasks
+    from rl.tasks.instances import NEAR, instance_leaks
     from rl.tasks.leakage import find_leaks
 
-    if not 0.0 < args.threshold <= 1.0:
+    if len(args.files) < 2:
+        print("sarl tasks leaks: give one or more training files and the held-out file", file=sys.stderr)
+        return 2
+    if args.threshold is not None and not 0.0 < args.threshold <= 1.0:
         print(f"sarl tasks leaks: --threshold {args.threshold}: a Jaccard in (0, 1]", file=sys.stderr)
         return 2
-    report = find_leaks(list(read_tasks(args.train)), list(read_tasks(args.held)), args.threshold)
+    train = [t for f in args.files[:-1] for t in read_tasks(f)]
+    held = list(read_tasks(args.files[-1]))
+    levels = ("templates", "instances") if args.level == "both" else (args.level,)
+    reports = {
+        level: find_leaks(train, held, args.threshold or 0.8)
+        if level == "templates"
+        else instance_leaks(train, held, args.threshold or NEAR)
+        for level in levels
+    }
     if args.json:
         from jobs.output import emit_json
 
-        emit_json(report.to_json(), indent=1)
+        emit_json({level: r.to_json() for level, r in reports.items()}, indent=1)
     else:
-        print(report.summary())
-    return 1 if report.leaks else 0
+        print("\n".join(f"{level}: {r.summary()}" for level, r in reports.items()))
+    return 1 if any(r.leaks for r in reports.values()) else 0
+
+
+def sets(args: argparse.Namespace) -> int:
+    from rl.tasks.format import read_tasks, write_tasks
+    from rl.tasks.roles import make_sets
+
+    got = make_sets(list(read_tasks(args.file)), args.held_out, args.new, args.candidates, args.seed)
+    prefix = args.prefix or args.file.with_name(args.file.name.removesuffix(".gz").removesuffix(".jsonl"))
+    paths = {name: prefix.with_name(f"{prefix.name}.{name}.jsonl") for name in ("A", "U", "candidates")}
+    for name, tasks in (("A", got.a), ("U", got.u), ("candidates", got.candidates)):
+        write_tasks(paths[name], tasks)
+    c = got.templates
+    print(
+        f"A: {len(got.a)} tasks -> {paths['A']}; U: {len(got.u)} tasks of {c['u']} templates -> {paths['U']}; "
+        f"candidates: {len(got.candidates)} fresh instances of {c['seen']} templates of A and {c['new']} kept "
+        f"from it -> {paths['candidates']} ({c['no_fresh']} templates have no fresh instance)",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def band(args: argparse.Namespace) -> int:
+    import json
+
+    from rl.tasks.format import read_tasks, write_tasks
+    from rl.tasks.roles import band as choose
+    from rl.tasks.roles import pass_rates
+
+    rates: dict[str, float] = {}
+    for folder in args.results:
+        path = folder / "results.jsonl" if folder.is_dir() else folder
+        rates.update(pass_rates([json.loads(line) for line in path.read_text().splitlines() if line.strip()]))
+    avoid = [t for f in args.avoid for t in read_tasks(f)]
+    low, high = args.band
+    got = choose(list(read_tasks(args.candidates)), rates, low, high, args.fresh, args.seed, avoid)
+    stem = args.candidates.name.removesuffix(".jsonl").removesuffix(".candidates")
+    prefix = args.prefix or args.candidates.with_name(stem)
+    b_path, fresh_path = (prefix.with_name(f"{prefix.name}.{n}.jsonl") for n in ("B", "B-fresh"))
+    write_tasks(b_path, got.b)
+    write_tasks(fresh_path, got.b_fresh)
+    print(
+        f"B: {len(got.b)} tasks of {len(got.kept)} templates with a pass rate in [{low}, {high}] "
+        f"({got.kinds.get('seen', 0)} seen by the warm start, {got.kinds.get('new', 0)} new to it) -> {b_path}; "
+        f"B': {len(got.b_fresh)} fresh instances -> {fresh_path}; {len(got.rates)} templates measured",
+        file=sys.stderr,
+    )
+    return 0
 
 
 def validate(args: argparse.Namespace) -> int:

@@ -85,10 +85,10 @@ def test_split_holds_out_whole_templates_leaves_no_leak_and_is_deterministic(wor
     write_tasks(workdir / "rh.jsonl", tasks[::4])
     bad = sarl("tasks", "leaks", "rt.jsonl", "rh.jsonl", "--json", cwd=workdir, check=False)
     assert bad.returncode == 1
-    report = json.loads(bad.stdout)
+    report = json.loads(bad.stdout)["templates"]
     assert report["leaking_held_tasks"] == report["by_kind"]["template"] == 66 and report["by_kind"]["reference"] > 0
     text = sarl("tasks", "leaks", "rt.jsonl", "rh.jsonl", cwd=workdir, check=False).stdout
-    assert "66 of 66 held-out tasks leak" in text and ": template of " in text
+    assert "templates: 66 of 66 held-out tasks leak" in text and ": template of " in text
 
 
 def test_a_held_out_task_leaking_through_another_template_moves_to_training() -> None:

@@ -27,6 +27,7 @@ BUILTIN_ENVIRONMENTS = {
     "workspace": "rl.agent.workspace:WorkspaceEnv",
     "sql": "rl.agent.sql:SQLEnv",
     "node": "rl.agent.node:NodeEnv",
+    "text": "rl.agent.text:TextEnv",
 }
 """The built-in kinds, by the name a task or config gives."""
 

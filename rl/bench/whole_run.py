@@ -3,13 +3,14 @@ runs of one config measured in the same invocation: async mode beside sync
 mode (`--vs modes`, the default), or the compute of the quickstart's RL run
 before this round's work beside after it (`--vs compute`).
 
-`--vs compute`: the quickstart's RL shape (sync mode, 4 groups of 4 per
-step, replies of up to 256 tokens, one turn, the roles sharing every core)
-run with float32 everywhere and full fine-tuning in 2 micro-batches (the
-quickstart's compute until now), then with `auto` precision (bf16 where the
-CPU has it), LoRA r16 on every linear layer and micro-batches cut by the
-token budget. `compute_ratio` = after / before (target >= 3), beside the
-mean sampled reply length of each (the same `max_tokens`).
+`--vs compute`: the quickstart's RL run as it was (sync mode, 4 groups of 4
+per step, replies of up to 256 tokens, one turn, the roles sharing every
+core, float32 everywhere, full fine-tuning in 2 micro-batches), then as it
+is now: `auto` precision (bf16 where the CPU has it), LoRA r16 on every
+linear layer, micro-batches cut by the token budget, and steps of 8 groups
+of 8 (64 replies: the engine decodes a batch of 64 about 3x faster per
+token than one of 16). `compute_ratio` = after / before (target >= 3),
+beside the mean sampled reply length of each (the same `max_tokens`).
 
 `--vs modes`:
 One config, run twice on the local executor (`run.mode = "sync"`, then
@@ -75,7 +76,9 @@ class Shape:
 FULL = Shape(steps=6, groups_per_step=2, group_size=4, max_tokens=96, train_top_layers=8)
 QUICK = Shape(steps=3, groups_per_step=1, group_size=2, max_tokens=8, train_top_layers=None)
 QUICKSTART = Shape(steps=5, groups_per_step=4, group_size=4, max_tokens=256, train_top_layers=None)
-"""The quickstart's RL run (examples/quickstart-rl.toml)."""
+"""The quickstart's RL run until this round (examples/quickstart-rl.toml then)."""
+QUICKSTART_NOW = Shape(steps=5, groups_per_step=8, group_size=8, max_tokens=256, train_top_layers=None)
+"""Its shape now: a step's 64 replies fill the engine's batch."""
 
 COMPUTE = {
     "before": {"dtype": "float32", "learner": 'precision = "float32"\nmicro_batches = 2\n'},
@@ -216,6 +219,7 @@ def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     half = len(cores) // 2
     gen, lrn = (None, None) if compute else (cores[:half], cores[half:])
     p = QUICK if args.quick else (QUICKSTART if compute else FULL)
+    shapes = {"after": QUICK if args.quick else QUICKSTART_NOW} if compute else {}
     model = str(Path(args.model).resolve()) if args.model else "smollm2-135m-instruct"
     engine = 'type = "hf"\nmax_model_len = 1024' if args.quick else 'type = "vllm"\nmax_model_len = 2048'
     work = Path(args.dir).resolve() if args.dir else Path(tempfile.mkdtemp(prefix="sarl-bench-rl-"))
@@ -226,7 +230,7 @@ def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     r: dict[str, Any] = {"quick": bool(args.quick), "model": args.model or "smollm2-135m-instruct", **asdict(p)}
     r.update(vs=args.vs, generator_cores=gen, learner_cores=lrn, samples_per_step=p.samples_per_step)
     r["max_staleness"] = args.max_staleness
-    runs = [("before", "sync", COMPUTE["before"]), ("after", "sync", COMPUTE["after"])] if compute else [
+    runs = [("before", "sync", COMPUTE["before"]), ("after", args.after_mode, COMPUTE["after"])] if compute else [
         ("sync", "sync", None), ("async", "async", None)]  # fmt: skip
     bar = tqdm(total=2 * p.steps, desc=f"bench rl (learner steps, {runs[0][0]} then {runs[1][0]})", file=sys.stderr)
     try:
@@ -234,7 +238,9 @@ def bench_rl(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             folder = work / name
             folder.mkdir(exist_ok=True)
             cfg = folder / "run.toml"
-            cfg.write_text(_config(name, mode, model, tasks, engine, p, gen, lrn, args.max_staleness, how))
+            shape = shapes.get(name, p)
+            r[f"{name}_samples_per_step"] = shape.samples_per_step
+            cfg.write_text(_config(name, mode, model, tasks, engine, shape, gen, lrn, args.max_staleness, how))
             out = subprocess.run([sarl, "submit", str(cfg), "--cluster", "local"], cwd=folder,
                                  capture_output=True, text=True)  # fmt: skip
             if out.returncode != 0:
@@ -273,10 +279,10 @@ def _lines(r: dict[str, Any]) -> list[str]:
     quick = " [--quick: not a measurement]" if r["quick"] else ""
     if r["vs"] == "compute":
         return [
-            f"rl: trained samples/s of the quickstart's RL shape, {r['steps']} steps of {r['samples_per_step']} "
-            f"samples, up to {r['max_tokens']} tokens per reply, sync, the roles sharing the cores{quick}",
-            row("before") + "   [float32, full fine-tuning, 2 micro-batches]",
-            row("after") + "   [auto precision, LoRA r16, token-budget micro-batches]",
+            f"rl: trained samples/s of the quickstart's RL run as it was and as it is, {r['steps']} steps each, "
+            f"up to {r['max_tokens']} tokens per reply, sync, the roles sharing the cores{quick}",
+            row("before") + f"   [float32, full fine-tuning, 2 micro-batches, {r['before_samples_per_step']} a step]",
+            row("after") + f"   [auto precision, LoRA r16, token budget, {r['after_samples_per_step']} a step]",
             f"  after / before {r['compute_ratio']} (target >= 3); run folders {r['before_disk_bytes'] / 1e9:.2f} GB "
             f"and {r['after_disk_bytes'] / 1e9:.2f} GB",
         ]

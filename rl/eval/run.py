@@ -61,6 +61,9 @@ class TaskResult:
     """Tool calls of all samples (environments with tools)."""
     tool_calls_invalid: int = 0
     """Of those, the invalid ones (rl.agent.tools.INVALID_CALLS)."""
+    reward_mean: float = 0.0
+    """The mean reward of its samples (partial credit: the tests score, or a
+    text task's LCS ratio)."""
 
 
 def eval_seed(task_id: str, i: int) -> int:
@@ -72,6 +75,8 @@ def summarise(results: list[TaskResult], ks: list[int]) -> dict[str, Any]:
     for k in ks:
         m, se = mean_and_se([r.pass_at[f"pass@{k}"] for r in results if f"pass@{k}" in r.pass_at])
         out[f"pass@{k}"], out[f"se@{k}"] = round(m, 4), round(se, 4)
+    m, se = mean_and_se([r.reward_mean for r in results])
+    out["reward_mean"], out["reward_se"] = round(m, 4), round(se, 4)
     fails: Counter[str] = Counter()
     for r in results:
         fails.update(r.failures)
@@ -96,8 +101,9 @@ def task_result(
     turns: list[int],
     ks: list[int],
     tools: list[tuple[int, int]] | None = None,
+    rewards: list[float] | None = None,
 ) -> TaskResult:
-    """`tools`: (calls, invalid calls) of each sample."""
+    """`tools`: (calls, invalid calls) of each sample; `rewards`: each sample's."""
     n, c = len(passed), sum(passed)
     tools = tools or []
     return TaskResult(
@@ -107,11 +113,12 @@ def task_result(
         {f"pass@{k}": round(pass_at_k(n, c, k), 6) for k in ks if k <= n},
         dict(Counter(f for f in failures if f)),
         round(sum(turns) / max(1, len(turns)), 3),
-        {k: task.metadata[k] for k in ("family", "difficulty") if k in task.metadata},
+        {k: task.metadata[k] for k in ("family", "difficulty", "template", "to_warm_start") if k in task.metadata},
         sum(t >= 2 for t in turns),
         sum(t >= 2 and p for t, p in zip(turns, passed, strict=True)),
         sum(calls for calls, _ in tools),
         sum(bad for _, bad in tools),
+        round(sum(rewards) / len(rewards), 6) if rewards else 0.0,
     )
 
 
@@ -297,7 +304,7 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
                 raise EvalError(f"a generator answered with version {r.version} while version {version} was evaluated")
             return r.outputs[0][0], r.version
 
-        def one(task: Task, i: int) -> tuple[bool, str, int, tuple[int, int]]:
+        def one(task: Task, i: int) -> tuple[bool, str, int, tuple[int, int], float]:
             sb = pool.take()
             try:
                 seed = eval_seed(task.task_id, i)
@@ -309,18 +316,16 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
             if progress is not None:
                 progress()
             why = failure_of(ep)
-            return why == "", why, ep.turns, (ep.tool_calls, sum(ep.tool_failures[w] for w in INVALID_CALLS))
+            calls = (ep.tool_calls, sum(ep.tool_failures[w] for w in INVALID_CALLS))
+            return why == "", why, ep.turns, calls, float(ep.verdict.reward) if ep.verdict is not None else 0.0
 
         futures = {t.task_id: [ex.submit(one, t, i) for i in range(n)] for t in plan.tasks}
         results = []
         try:
             for t in plan.tasks:
                 got = [f.result() for f in futures[t.task_id]]
-                results.append(
-                    task_result(
-                        t, [g[0] for g in got], [g[1] for g in got], [g[2] for g in got], ks, [g[3] for g in got]
-                    )
-                )
+                passed, whys, turns, calls, rewards = (list(x) for x in zip(*got, strict=True))
+                results.append(task_result(t, passed, whys, turns, ks, calls, rewards))
         except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played
             ex.shutdown(wait=False, cancel_futures=True)
             raise

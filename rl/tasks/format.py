@@ -88,12 +88,13 @@ class Task(BaseModel):
     """Name of the function the tests call."""
     tests: str = Field(min_length=1)
     """Test code (never shown to the policy); format given by `test_format`."""
-    test_format: Literal["humaneval", "workspace", "sql", "node", "harbor"] = "humaneval"
+    test_format: Literal["humaneval", "workspace", "sql", "node", "harbor", "text"] = "humaneval"
     """How `tests` is run (see the module docstring)."""
-    environment: str = Field("function", pattern=r"^(function|workspace|sql|node|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
+    environment: str = Field("function", pattern=r"^(function|workspace|sql|node|text|[A-Za-z_][\w.]*:[A-Za-z_]\w*)$")
     """The environment that plays the task: `function` (write one function),
     `workspace` (files and tools), `sql` (questions over a database), `node`
-    (a JavaScript function), or a `module:Class` (docs/environments.md)."""
+    (a JavaScript function), `text` (rewrite a text in the reply), or a
+    `module:Class` (docs/environments.md)."""
     reference: str = ""
     """A reference completion that passes every test (validation uses it)."""
     files: dict[str, str] = Field(default_factory=dict)

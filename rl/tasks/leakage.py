@@ -117,12 +117,24 @@ class Leak:
     detail: str = ""
 
 
+LABELS = {
+    "template": "shared template",
+    "reference": "same reference",
+    "near-duplicate": "near-duplicate prompt",
+    "prompt": "same prompt",
+    "behaviour": "same behaviour",
+}
+"""How a summary names each kind of leak."""
+
+
 @dataclass
 class LeakReport:
     train_tasks: int
     held_tasks: int
     leaks: list[Leak] = field(default_factory=list)
     threshold: float = 0.8
+    kinds: tuple[str, ...] = ("template", "reference", "near-duplicate")
+    """The kinds of leak this check looks for (rl.tasks.instances: the instance level)."""
 
     @property
     def leaking(self) -> set[str]:
@@ -131,7 +143,7 @@ class LeakReport:
 
     def counts(self) -> dict[str, int]:
         """Held-out tasks that leak, by kind (a task may count under several)."""
-        out = {"template": 0, "reference": 0, "near-duplicate": 0}
+        out = dict.fromkeys(self.kinds, 0)
         for kind in out:
             out[kind] = len({x.held for x in self.leaks if x.kind == kind})
         return out
@@ -148,10 +160,10 @@ class LeakReport:
 
     def summary(self) -> str:
         c = self.counts()
+        kinds = ", ".join(f"{LABELS.get(k, k)} {n}" for k, n in c.items())
         head = (
             f"{len(self.leaking)} of {self.held_tasks} held-out tasks leak from the {self.train_tasks} training tasks "
-            f"(shared template {c['template']}, same reference {c['reference']}, "
-            f"near-duplicate prompt {c['near-duplicate']})"
+            f"({kinds})"
         )
         first: dict[str, Leak] = {}
         for x in self.leaks:

@@ -108,6 +108,9 @@ def answers(task: Task) -> tuple[Answer, list[tuple[str, Answer]]]:
     trivial answers are the files untouched and the patched files emptied."""
     if task.test_format == "sql":
         return (task.reference, None), [(repr(q), (q, None)) for q in TRIVIAL_SQL]
+    if task.test_format == "text":
+        text = task.prompt.rpartition("Text: ")[2]
+        return (task.reference, None), [("no answer", ("", None)), ("the text unchanged", (text, None))]
     if task.test_format == "harbor":
         if not task.reference.strip():
             raise ValueError("reference: the Harbor task has no solution/solve.sh to validate it with")

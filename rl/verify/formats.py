@@ -9,6 +9,8 @@ through `Verifier.verdict` (reward as configured, audit log).
            from the best constant answer (rl/verify/node_runner.py)
   harbor   `tests/test.sh` run on the final work dir, and the reward file
            it wrote (rl.tasks.harbor)
+  text     the answer's LCS ratio to the expected text (partial credit;
+           computed here: the answer is text, nothing of it runs)
 """
 
 from __future__ import annotations
@@ -109,6 +111,34 @@ def verify_node(v: Verifier, task: Task, solution: str, t0: float) -> Verdict:
         or ("" if bad is None else f"test call {bad + 1}: {cases[bad]['why']}")
     )
     return v.verdict(task, checks, bool(n) and passed == n and not limit, n, passed, failure, t0)
+
+
+TEXT_CHARS = 4096
+"""Characters of a text answer that are graded (the rest counts as wrong):
+SequenceMatcher is quadratic in the worst case."""
+
+
+def verify_text(v: Verifier, task: Task, answer: str, t0: float) -> Verdict:
+    """A text answer against the expected text: the LCS ratio (difflib's
+    SequenceMatcher ratio) is the tests score; only the exact text passes."""
+    from difflib import SequenceMatcher
+
+    from rl.tasks.texts import expected_text
+
+    want = expected_text(task)
+    got = answer.strip()
+    ratio = SequenceMatcher(None, got[:TEXT_CHARS], want, autojunk=False).ratio() if got else 0.0
+    if len(got) > TEXT_CHARS:
+        ratio *= TEXT_CHARS / len(got)
+    passed = got == want
+    checks: dict[str, float | None] = dict.fromkeys(CHECKS)
+    checks.update(tests=ratio, stability=1.0, security=1.0)
+    failure = (
+        ""
+        if passed
+        else ("no answer" if not got else f"the answer differs from the expected text (LCS ratio {ratio:.2f})")
+    )
+    return v.verdict(task, checks, passed, 1, int(passed), failure, t0)
 
 
 def verify_harbor(v: Verifier, task: Task, script: str, final: dict[str, str] | None, t0: float) -> Verdict:

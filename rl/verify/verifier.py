@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from rl.tasks.format import Task
 from rl.verify.checks import aggregate, efficiency_score, final_state_score, static_score, tests_score
 from rl.verify.config import CHECKS, VerifyConfig
-from rl.verify.formats import verify_harbor, verify_node, verify_sql
+from rl.verify.formats import verify_harbor, verify_node, verify_sql, verify_text
 from rl.verify.verdict import Verdict
 from sandboxes.config import Limits, SandboxConfig
 
@@ -158,6 +158,8 @@ class Verifier:
             return verify_node(self, task, completion, t0)
         if task.test_format == "harbor":
             return verify_harbor(self, task, completion, final_files, t0)
+        if task.test_format == "text":
+            return verify_text(self, task, completion, t0)
         if task.test_format == "workspace":
             # the final work dir is the answer; its tests/ are the task's again
             final_files = graded_workspace(task, final_files)

@@ -39,6 +39,9 @@ class Spec:
     behaviour: str = ""
     """A key of what the program does on fixed probe inputs, where the family
     computes one: two tasks with one key are the same program (deduplicated)."""
+    recipe: dict[str, Any] | None = None
+    """What the family needs to draw more instances of this spec's template
+    (other constants and inputs): kept in the task's metadata."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,10 @@ class Family:
     """One line: the skill the family exercises."""
     make: Callable[[Any, int], Spec]
     """(random.Random, level 1-3) -> Spec."""
+    remake: Callable[[Any, int, dict[str, Any]], Spec] | None = None
+    """(random.Random, level, a spec's recipe) -> a spec of the same template
+    with other constants and inputs; None: draw with `make` until the
+    template is the same (families of few templates)."""
 
 
 LEVELS = (1, 2, 3)
@@ -101,7 +108,11 @@ def build(spec: Spec, task_id: str, metadata: dict[str, Any]) -> Task:
         tests=tests,
         reference=body,
         examples=[Example(call=_call(spec.name, a), expected=repr(out)) for a, out in shown],
-        metadata={**metadata, "behaviour": spec.behaviour} if spec.behaviour else metadata,
+        metadata={
+            **metadata,
+            **({"behaviour": spec.behaviour} if spec.behaviour else {}),
+            **({"recipe": spec.recipe} if spec.recipe else {}),
+        },
     )
 
 

@@ -56,11 +56,11 @@ LIST_MAPS = [
     Op("lt", "keep only the elements less than {k}", "[x for x in v if x < {k}]", _k(0, 30), family="keep"),
     Op("evens", "keep only the even elements", "[x for x in v if x % 2 == 0]", family="parity"),
     Op("odds", "keep only the odd elements", "[x for x in v if x % 2 != 0]", family="parity"),
-    Op("nomult", "remove the elements divisible by {k}", "[x for x in v if x % {k} != 0]", _k(3, 5), "map", "mult"),
-    Op("mult", "keep only the elements divisible by {k}", "[x for x in v if x % {k} == 0]", _k(2, 4), "map", "mult"),
-    Op("add", "add {k} to every element", "[x + {k} for x in v]", _k(1, 9), family="shift"),
-    Op("sub", "subtract {k} from every element", "[x - {k} for x in v]", _k(1, 9), family="shift"),
-    Op("times", "multiply every element by {k}", "[x * {k} for x in v]", _k(2, 5), family="scale"),
+    Op("nomult", "remove the elements divisible by {k}", "[x for x in v if x % {k} != 0]", _k(2, 9), "map", "mult"),
+    Op("mult", "keep only the elements divisible by {k}", "[x for x in v if x % {k} == 0]", _k(2, 9), "map", "mult"),
+    Op("add", "add {k} to every element", "[x + {k} for x in v]", _k(1, 30), family="shift"),
+    Op("sub", "subtract {k} from every element", "[x - {k} for x in v]", _k(1, 30), family="shift"),
+    Op("times", "multiply every element by {k}", "[x * {k} for x in v]", _k(2, 12), family="scale"),
     Op("sq", "replace every element by its square", "[x * x for x in v]", family="sign"),
     Op("abs", "replace every element by its absolute value", "[abs(x) for x in v]", family="sign"),
     Op("neg", "negate every element", "[-x for x in v]", family="sign"),
@@ -68,16 +68,16 @@ LIST_MAPS = [
         "mod",
         "replace every element x by x % {k} (Python's modulo: never negative)",
         "[x % {k} for x in v]",
-        _k(3, 7),
+        _k(2, 11),
         family="mod",
     ),  # fmt: skip
     Op("asc", "sort the elements in increasing order", "sorted(v)", family="order"),
     Op("desc", "sort the elements in decreasing order", "sorted(v, reverse=True)", family="order"),
     Op("rev", "reverse the order of the elements", "v[::-1]", family="order"),
     Op(
-        "head", "keep only the first {k} elements (all of them when there are fewer)", "v[:{k}]", _k(2, 5), family="cut"
+        "head", "keep only the first {k} elements (all of them when there are fewer)", "v[:{k}]", _k(1, 7), family="cut"
     ),  # fmt: skip
-    Op("tail", "drop the first {k} elements (none is left when there are fewer)", "v[{k}:]", _k(1, 3), family="cut"),
+    Op("tail", "drop the first {k} elements (none is left when there are fewer)", "v[{k}:]", _k(1, 6), family="cut"),
     Op(
         "uniq", "remove repeated values, keeping the first occurrence of each", "list(dict.fromkeys(v))", family="uniq"
     ),  # fmt: skip
@@ -105,7 +105,7 @@ LIST_MAPS = [
         "rot",
         "rotate the list left by {k} places (the first element moves to the end, {k} times; an empty list stays empty)",
         "v[{k} % len(v):] + v[:{k} % len(v)] if v else []",
-        _k(1, 3),
+        _k(1, 6),
         family="order",
     ),  # fmt: skip
     Op(
@@ -193,17 +193,17 @@ STRING_MAPS = [
         "rot",
         "rotate the string left by {k} places (an empty string stays empty)",
         "v[{k} % len(v):] + v[:{k} % len(v)] if v else ''",
-        _k(1, 3),
+        _k(1, 6),
         family="order",
     ),  # fmt: skip
     Op(
         "shift",
         "shift every lowercase letter {k} places forward in the alphabet, wrapping from z to a (other characters stay)",
         "''.join(chr((ord(ch) - 97 + {k}) % 26 + 97) if 'a' <= ch <= 'z' else ch for ch in v)",
-        _k(1, 5),
+        _k(1, 25),
         family="shift",
     ),  # fmt: skip
-    Op("head", "keep only the first {k} characters", "v[:{k}]", _k(3, 8), family="cut"),
+    Op("head", "keep only the first {k} characters", "v[:{k}]", _k(2, 12), family="cut"),
 ]
 STRING_ENDS = [
     Op("len", "its length", "len(v)", kind="end"),
@@ -244,7 +244,19 @@ _PROBE_STRINGS = ["", "a", "Ab", "hello World", "aaBBcc dd", "Sarl 42 runs", "xy
 _ALPHABET = string.ascii_lowercase + string.ascii_uppercase[:6] + "     " + "0123456789"[:4]
 
 
-def _draw_chain(rng: Any, maps: list[Op], ends: list[Op], level: int) -> list[tuple[Op, dict[str, Any]]]:
+def _draw_chain(
+    rng: Any, maps: list[Op], ends: list[Op], level: int, ops: list[str] | None = None
+) -> list[tuple[Op, dict[str, Any]]]:
+    """A chain of level N (N or N + 1 stages and an ending); with `ops` (the
+    short names of a chain's operations), that chain with new constants."""
+    if ops is not None:
+        by_name = {op.short: op for op in maps}
+        ending = {op.short: op for op in ends}
+        try:
+            picked = [by_name[o] for o in ops[:-1]] + [ending[ops[-1]]]
+        except KeyError as e:
+            raise SpecError(f"recipe names an unknown operation {e}") from None
+        return [(op, op.draw(rng) if op.draw else {}) for op in picked]
     chain: list[tuple[Op, dict[str, Any]]] = []
     stages = level + rng.randint(0, 1)  # level N: N or N + 1 stages
     while len(chain) < stages:
@@ -312,19 +324,21 @@ def _check(spec: Spec, chain: list[tuple[Op, dict[str, Any]]], param: str, probe
     return hashlib.sha256(repr(probe_outs).encode()).hexdigest()[:16]
 
 
-def list_pipelines(rng: Any, level: int) -> Spec:
-    chain = _draw_chain(rng, LIST_MAPS, LIST_ENDS, level)
+def list_pipelines(rng: Any, level: int, recipe: dict[str, Any] | None = None) -> Spec:
+    chain = _draw_chain(rng, LIST_MAPS, LIST_ENDS, level, None if recipe is None else recipe["ops"])
     inputs = [ints(rng, rng.randint(0 if i == 0 else 3, 9)) for i in range(10)]
     spec = _spec(chain, "xs", "xs, a list of integers, as v", _returns(chain[-1][0], "list"), inputs)
     spec.behaviour = _check(spec, chain, "xs", _PROBE_LISTS)
+    spec.recipe = {"ops": [op.short for op, _ in chain]}
     return spec
 
 
-def string_pipelines(rng: Any, level: int) -> Spec:
-    chain = _draw_chain(rng, STRING_MAPS, STRING_ENDS, level)
+def string_pipelines(rng: Any, level: int, recipe: dict[str, Any] | None = None) -> Spec:
+    chain = _draw_chain(rng, STRING_MAPS, STRING_ENDS, level, None if recipe is None else recipe["ops"])
     inputs = ["".join(rng.choice(_ALPHABET) for _ in range(rng.randint(0 if i == 0 else 4, 16))) for i in range(10)]
     spec = _spec(chain, "s", "s, a string, as v", _returns(chain[-1][0], "str"), inputs)
     spec.behaviour = _check(spec, chain, "s", _PROBE_STRINGS)
+    spec.recipe = {"ops": [op.short for op, _ in chain]}
     return spec
 
 
@@ -333,8 +347,12 @@ FAMILIES = [
         "list_pipelines",
         "composed programs over a list of integers: 1-4 of 25 stages and one of 14 endings",
         list_pipelines,
+        list_pipelines,
     ),  # fmt: skip
     Family(
-        "string_pipelines", "composed programs over a string: 1-4 of 15 stages and one of 11 endings", string_pipelines
+        "string_pipelines",
+        "composed programs over a string: 1-4 of 15 stages and one of 11 endings",
+        string_pipelines,
+        string_pipelines,
     ),  # fmt: skip
 ]

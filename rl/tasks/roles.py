@@ -1,0 +1,158 @@
+"""Task sets by role, each leak-checked (`sarl tasks sets`, `sarl tasks band`).
+
+    A    the warm start's tasks (SFT on their references)
+    B    the RL tasks: instances the warm start never saw, of templates chosen
+         by the warm start's measured pass rate (`band`): templates of A on
+         other instances ("seen"), or templates the warm start never saw ("new")
+    B'   fresh instances of B's templates: other constants, and no prompt,
+         reference program, behaviour or near-duplicate prompt that any
+         training file holds (rl.tasks.instances)
+    U    whole templates no run trains on
+
+`make_sets` splits a generated file: U by whole templates (rl.tasks.split),
+then of the other templates a share `new` is kept from A; the candidates
+for B are fresh instances of every other template (seen and new alike).
+`band` keeps the candidates' templates whose measured pass rate lies in the
+band, and draws B' for them. A template that has no fresh instance (one
+without constants has one program) cannot be in B: its B' would repeat B.
+
+Learning is then claimed on B' (instances) and checked on U (templates):
+`sarl tasks leaks` checks A + B against U for templates, and every
+training file against B' and U for instances.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from rl.errors import SarlError
+from rl.tasks.format import Task
+from rl.tasks.instances import Keys, fresh
+from rl.tasks.leakage import template
+from rl.tasks.split import split_tasks
+
+
+class SetsError(SarlError, ValueError):
+    exit_code = 2
+
+
+@dataclass
+class Sets:
+    a: list[Task]
+    u: list[Task]
+    candidates: list[Task]
+    """Fresh instances of every template outside U, each marked `seen` or `new` (to A)."""
+    templates: dict[str, int] = field(default_factory=dict)
+    """Templates by where they went: u, seen (in A), new (kept from A), no_fresh (no instance left to draw)."""
+
+
+def make_sets(tasks: list[Task], held_out: float, new: float, per_template: int, seed: int) -> Sets:
+    """U (whole templates, `held_out` of the tasks), A, and `per_template`
+    candidate instances of every other template; `new` of the other
+    templates are kept from A."""
+    if not 0.0 <= new < 1.0:
+        raise SetsError(f"--new {new}: a fraction in [0, 1)")
+    if per_template < 1:
+        raise SetsError(f"--candidates {per_template}: at least one instance a template")
+    s = split_tasks(tasks, held_out, seed)
+    u, rest = s.held, s.train
+    by: dict[str, list[Task]] = defaultdict(list)
+    for t in rest:
+        by[template(t)].append(t)
+    keys = sorted(by)
+    random.Random(f"{seed}/sets/new").shuffle(keys)
+    fresh_keys = set(keys[: int(round(new * len(keys)))])
+    a = [t for t in rest if template(t) not in fresh_keys]
+    avoid = Keys()
+    for t in tasks:
+        avoid.add(t)
+    candidates: list[Task] = []
+    counts = {"u": len({template(t) for t in u}), "seen": 0, "new": 0, "no_fresh": 0}
+    for key in sorted(by):
+        got = fresh(by[key][0], per_template, seed, keys=avoid)
+        if not got:
+            counts["no_fresh"] += 1
+            continue
+        kind = "new" if key in fresh_keys else "seen"
+        counts[kind] += 1
+        candidates += [t.model_copy(update={"metadata": {**t.metadata, "to_warm_start": kind}}) for t in got]
+    if not a or not candidates:
+        raise SetsError(
+            f"{len(tasks)} tasks give {len(a)} warm-start tasks and {len(candidates)} RL candidates: "
+            "generate more tasks, or hold fewer templates out"
+        )
+    return Sets(a, u, candidates, counts)
+
+
+@dataclass
+class Band:
+    b: list[Task]
+    b_fresh: list[Task]
+    rates: dict[str, float]
+    """Each candidate template's measured pass rate (the mean over its instances and samples)."""
+    kept: list[str]
+    """The templates in the band, with fresh instances for B'."""
+    kinds: dict[str, int] = field(default_factory=dict)
+    """Kept templates by kind: seen (in A) or new to the warm start."""
+
+
+def band(
+    candidates: list[Task],
+    pass_rates: dict[str, float],
+    low: float,
+    high: float,
+    per_template: int,
+    seed: int,
+    avoid: list[Task],
+) -> Band:
+    """B: the candidates of the templates whose mean pass rate over their
+    measured instances is within [low, high]; B': `per_template` fresh
+    instances of each, none an instance of `avoid`, B or another B' task."""
+    if not 0.0 <= low < high <= 1.0:
+        raise SetsError(f"--band {low} {high}: 0 <= low < high <= 1")
+    by: dict[str, list[Task]] = defaultdict(list)
+    for t in candidates:
+        by[template(t)].append(t)
+    rates: dict[str, float] = {}
+    for key, ts in by.items():
+        measured = [pass_rates[t.task_id] for t in ts if t.task_id in pass_rates]
+        if measured:
+            rates[key] = sum(measured) / len(measured)
+    if not rates:
+        raise SetsError("no candidate has a measured pass rate: give the results of `sarl eval` on the candidates")
+    keys = Keys()
+    for t in [*avoid, *candidates]:
+        keys.add(t)
+    b: list[Task] = []
+    b_fresh: list[Task] = []
+    kept: list[str] = []
+    kinds: dict[str, int] = {"seen": 0, "new": 0}
+    for key in sorted(k for k, r in rates.items() if low <= r <= high):
+        got = fresh(by[key][0], per_template, seed + 1, keys=keys)
+        if len(got) < per_template:
+            continue  # too few programs left to hold some out
+        kept.append(key)
+        kind = str(by[key][0].metadata.get("to_warm_start", "seen"))
+        kinds[kind] = kinds.get(kind, 0) + 1
+        b += by[key]
+        b_fresh += got
+    if not kept:
+        raise SetsError(
+            f"no candidate template has a pass rate in [{low}, {high}] and {per_template} fresh instances "
+            f"(measured rates: {_spread(rates)})"
+        )
+    return Band(b, b_fresh, rates, kept, kinds)
+
+
+def _spread(rates: dict[str, float]) -> str:
+    v = sorted(rates.values())
+    return f"{len(v)} templates, min {v[0]:.2f}, median {v[len(v) // 2]:.2f}, max {v[-1]:.2f}"
+
+
+def pass_rates(results: list[dict[str, Any]]) -> dict[str, float]:
+    """Each task's sampled pass rate, from the lines of a `sarl eval`
+    results.jsonl: its samples that passed, over its samples."""
+    return {str(r["task_id"]): int(r["passed"]) / max(1, int(r["n"])) for r in results}

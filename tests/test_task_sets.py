@@ -1,0 +1,120 @@
+"""Task sets by role (A, B, B', U), fresh instances of a template, the
+instance-level leak check, and the text-transform tasks of the positive
+control."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import sarl
+
+from rl.tasks.format import read_tasks
+from rl.tasks.instances import fresh, instance_leaks
+from rl.tasks.leakage import find_leaks, reference_program, template
+from rl.tasks.synthesis import synthesize
+
+
+def test_fresh_instances_share_the_template_and_nothing_else() -> None:
+    tasks = synthesize("composed", 40, seed=3)
+    wide = {"gt", "lt", "add", "sub", "times", "clamp", "shift"}  # operations with many constants
+    like = next(t for t in tasks if wide & set(t.metadata["recipe"]["ops"]))
+    got = fresh(like, 6, seed=1, avoid=tasks)
+    assert len(got) == 6
+    assert {template(t) for t in got} == {template(like)}
+    assert len({reference_program(t) for t in got} | {reference_program(like)}) == 7  # every one its own program
+    assert instance_leaks(tasks, got).leaks == []  # none is an instance a training file holds
+    assert find_leaks(tasks, got).counts()["template"] == 6  # and each shares its template: that is the point
+    copy = got[0].model_copy(update={"task_id": "copy"})
+    kinds = {x.kind for x in instance_leaks(got, [copy]).leaks}
+    assert {"prompt", "reference", "behaviour", "near-duplicate"} <= kinds
+
+
+def test_a_template_without_constants_has_no_fresh_instance() -> None:
+    tasks = synthesize("counting", 30, seed=1, difficulty=2)  # longest_run: one program
+    assert {template(t) for t in tasks} and fresh(tasks[0], 3, seed=1, avoid=tasks) == []
+
+
+def test_sets_and_band_write_leak_free_files_by_role(workdir: Path) -> None:
+    sarl("tasks", "generate", "-n", "300", "--seed", "2", "-o", "g.jsonl", cwd=workdir)
+    out = sarl("tasks", "sets", "g.jsonl", "--held-out", "0.3", "--new", "0.2", "--seed", "2", cwd=workdir)
+    assert "A: " in out.stderr and "candidates: " in out.stderr
+    a, u, cand = (list(read_tasks(workdir / f"g.{n}.jsonl")) for n in ("A", "U", "candidates"))
+    assert a and u and cand
+    assert {t.metadata["to_warm_start"] for t in cand} == {"seen", "new"}
+    # a fake measurement: a pass rate per candidate (what `sarl eval -n 8` writes, one line per task)
+    rates = {}
+    for i, t in enumerate(sorted({template(t) for t in cand})):
+        rates[t] = [0.0, 0.5, 1.0][i % 3]
+    lines = [{"task_id": t.task_id, "n": 8, "passed": int(8 * rates[template(t)]), "pass_at": {}} for t in cand]
+    (workdir / "eval").mkdir()
+    (workdir / "eval" / "results.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    sarl("tasks", "band", "g.candidates.jsonl", "--results", "eval", "--band", "0.1", "0.8", "--fresh", "2",
+         "--avoid", "g.A.jsonl", "g.U.jsonl", "--seed", "2", cwd=workdir)  # fmt: skip
+    b, b_fresh = (list(read_tasks(workdir / f"g.{n}.jsonl")) for n in ("B", "B-fresh"))
+    assert b and {rates[template(t)] for t in b} == {0.5}  # the band's templates alone
+    assert {template(t) for t in b_fresh} == {template(t) for t in b} and len(b_fresh) == 2 * len(
+        {template(t) for t in b}
+    )
+    # templates: A and B against U; instances: every training file against B' and U
+    assert sarl("tasks", "leaks", "g.A.jsonl", "g.B.jsonl", "g.U.jsonl", cwd=workdir).returncode == 0
+    for held in ("g.B-fresh.jsonl", "g.U.jsonl"):
+        got = sarl("tasks", "leaks", "g.A.jsonl", "g.B.jsonl", held, "--level", "instances", cwd=workdir)
+        assert got.returncode == 0 and "instances: 0 of" in got.stdout
+    # and B' does share its templates with B: a template-level check says so
+    said = sarl("tasks", "leaks", "g.B.jsonl", "g.B-fresh.jsonl", "--level", "both", "--json", cwd=workdir, check=False)
+    report = json.loads(said.stdout)
+    assert said.returncode == 1 and report["templates"]["by_kind"]["template"] == len(b_fresh)
+    assert report["instances"]["leaking_held_tasks"] == 0
+
+
+def test_band_refuses_a_measurement_that_keeps_nothing(workdir: Path) -> None:
+    sarl("tasks", "generate", "-n", "120", "--seed", "2", "-o", "g.jsonl", cwd=workdir)
+    sarl("tasks", "sets", "g.jsonl", "--held-out", "0.3", "--seed", "2", cwd=workdir)
+    cand = list(read_tasks(workdir / "g.candidates.jsonl"))
+    lines = [{"task_id": t.task_id, "n": 8, "passed": 0, "pass_at": {}} for t in cand]
+    (workdir / "r.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = sarl("tasks", "band", "g.candidates.jsonl", "--results", "r.jsonl", cwd=workdir, check=False)
+    assert out.returncode == 2 and "no candidate template has a pass rate in" in out.stderr and "max 0.00" in out.stderr
+    assert not (workdir / "g.B.jsonl").exists()
+
+
+# ------------------------------------------------------------ text transforms
+
+
+def test_text_tasks_are_graded_by_lcs_ratio_with_exact_text_to_pass() -> None:
+    from rl.tasks.texts import TRANSFORMS, text_tasks
+    from rl.verify.verifier import Verifier
+
+    tasks = text_tasks(sorted(TRANSFORMS), 16, seed=1)
+    assert {t.metadata["template"] for t in tasks} == set(TRANSFORMS)
+    t = next(t for t in tasks if t.metadata["template"] == "reverse-words")
+    words = t.prompt.rpartition("Text: ")[2].split()
+    assert t.reference == " ".join(words[::-1])
+    with Verifier() as v:
+        exact = v.verify(t, t.reference)
+        close = v.verify(t, " ".join(words[::-1][:-1]))  # one word short
+        chatter = v.verify(t, "Sure! Here is the text: " + t.reference)
+        nothing = v.verify(t, "")
+    assert exact.passed and exact.reward == 1.0
+    assert not close.passed and 0.6 < close.reward < 1.0 and "LCS ratio" in close.failure
+    assert not chatter.passed and 0.3 < chatter.reward < close.reward + 0.2
+    assert nothing.reward == 0.0 and nothing.failure == "no answer"
+
+
+def test_text_tasks_validate_and_have_fresh_instances(workdir: Path) -> None:
+    sarl("tasks", "generate", "--family", "text", "-n", "24", "--seed", "1", "-o", "t.jsonl", cwd=workdir)
+    out = sarl("tasks", "validate", "t.jsonl", "--repeats", "1", cwd=workdir)
+    assert "24 of 24 tasks are clean" in out.stderr
+    tasks = list(read_tasks(workdir / "t.jsonl"))
+    got = fresh(tasks[0], 5, seed=2, avoid=tasks)
+    assert len(got) == 5 and {t.metadata["template"] for t in got} == {tasks[0].metadata["template"]}
+    assert instance_leaks(tasks, got).leaks == []
+
+
+@pytest.mark.parametrize(("reply", "answer"), [("a b c", "a b c"), ("ok <answer> a b </answer> done", "a b")])
+def test_a_text_reply_is_its_answer_or_what_its_answer_tags_hold(reply: str, answer: str) -> None:
+    from rl.agent.text import answer_of
+
+    assert answer_of(reply) == answer
