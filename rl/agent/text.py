@@ -22,13 +22,19 @@ def answer_of(reply: str) -> str:
     return (m.group(1) if m else reply).strip()
 
 
+def first_messages(task: Task) -> list[dict[str, str]]:
+    """The system message and the task: what an episode starts with (and
+    what SFT on references puts before the expected text)."""
+    return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.prompt}]
+
+
 class TextEnv(Environment):
     """One reply, graded on its text."""
 
     answer = ""
 
     def reset(self, task: Task) -> Start:
-        return Start([{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.prompt}])
+        return Start(first_messages(task))
 
     def step(self, reply: str, last: bool) -> Step:
         self.answer = answer_of(reply)

@@ -57,6 +57,18 @@ def deltas(adapter: Mapping[str, Any], scale: float) -> dict[str, Any]:
     }
 
 
+def delta_norm2(adapter: Mapping[str, Any], scale: float) -> float:
+    """The squared Frobenius norm of every adapter's scale x B A together,
+    from rank x rank products alone: ||B A||^2 = trace((B^T B)(A A^T))."""
+    import torch
+
+    total = 0.0
+    for m in adapted_modules(adapter):
+        a, b = adapter[m + A].double(), adapter[m + B].double()
+        total += float(torch.trace((b.T @ b) @ (a @ a.T)))
+    return scale * scale * total
+
+
 def merged(
     base: Mapping[str, Any], adapter: Mapping[str, Any], scale: float, into: dict[str, Any] | None = None
 ) -> dict[str, Any]:

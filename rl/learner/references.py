@@ -107,6 +107,12 @@ class References:
         return reply
 
     def sample(self, task: Task, index: int) -> Sample:
+        if task.test_format == "text":  # the text environment's episode: its messages, the expected text
+            from rl.agent import text
+
+            messages = text.first_messages(task)
+            prompt = chat_ids(self.tokenizer, messages)
+            return self._sample(task, index, prompt, self._reply(messages, prompt, task.reference))
         messages = first_messages(task, self.agent)
         prompt = chat_ids(self.tokenizer, messages)
         context = list(prompt)
@@ -118,7 +124,9 @@ class References:
 
             attempt = self._reply(messages, prompt, "```python\n" + task.metadata["repair"]["attempt"] + "\n```")
             context += attempt + ObservationTokens(self.tokenizer).after_reply(attempt, observation)
-        reply = self._reply(messages, prompt, reference_reply(task))
+        return self._sample(task, index, context, self._reply(messages, prompt, reference_reply(task)))
+
+    def _sample(self, task: Task, index: int, context: list[int], reply: list[int]) -> Sample:
         ids = (context + reply)[: self.max_tokens]
         mask = ([0] * len(context) + [1] * len(reply))[: self.max_tokens]
         return Sample(
