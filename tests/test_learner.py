@@ -80,6 +80,7 @@ steps = {steps}
 samples_per_step = 4
 micro_batches = 2
 poll_s = 0.2
+precision = "float32"  # exact steps and their order; bf16: tests/test_precision.py
 {extra}
 [learner.job]
 tasks_per_node = {ranks}
@@ -632,6 +633,7 @@ steps = {rounds}
 samples_per_step = 16
 poll_s = 0.1
 threads = 1
+precision = "float32"
 [learner.optimizer]
 lr = 3e-2
 """

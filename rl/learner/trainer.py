@@ -99,12 +99,16 @@ def _logits_at(model: Any, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Te
     """float32 logits at (row, position) pairs: the decoder's last hidden
     states there, through the output layer. A model whose parts cannot be
     found that way (or that transforms its logits, as a soft cap does) runs
-    whole, its logits taken at those positions."""
+    whole, its logits taken at those positions. So does a model under
+    ZeRO-3: its weights are gathered by the engine's forward, and the output
+    layer called apart from it trained the tied embeddings wrongly (every
+    weight off by up to 2 x lr after one step, tests/test_learner.py)."""
+    partitioned = getattr(model, "zero_optimization_partition_weights", lambda: False)()
     inner = getattr(model, "module", model)  # a DeepSpeed engine's model
     inner = inner.get_base_model() if hasattr(inner, "get_base_model") else inner  # peft: adapters stay in
     decoder = inner.get_decoder() if hasattr(inner, "get_decoder") else None
     head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
-    if decoder is None or head is None or getattr(inner.config, "final_logit_softcapping", None):
+    if partitioned or decoder is None or head is None or getattr(inner.config, "final_logit_softcapping", None):
         keep = cols.unique()
         out = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
         return out[rows, torch.searchsorted(keep, cols)].float()

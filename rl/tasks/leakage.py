@@ -52,8 +52,11 @@ def description(task: Task) -> str:
 
 def template(task: Task) -> str:
     """The task's template key: its description, with the function's name,
-    quoted strings and numbers masked, layout collapsed."""
+    quoted strings and numbers masked, layout collapsed. A text task's is its
+    instruction: the text it is given is the instance."""
     text = description(task)
+    if task.test_format == "text":
+        text = text.split("Text:", 1)[0]
     if task.entry_point:
         text = re.sub(rf"\b{re.escape(task.entry_point)}\b", "<F>", text)
     text = _STRING.sub("<S>", text)

@@ -78,19 +78,22 @@ TRANSFORMS: dict[str, Transform] = {
 """Every transform, by name (the template of its tasks)."""
 
 
-def _draw(rng: random.Random, name: str) -> list[str]:
-    n = rng.randint(4, 8)
-    ws = [rng.choice(WORDS) for _ in range(n)]
-    if name == "dedupe-words" and len(set(ws)) == len(ws):  # a text with nothing to remove teaches nothing
-        ws.insert(rng.randint(1, len(ws)), rng.choice(ws))
-    return ws
+def _draw(rng: random.Random, t: Transform) -> list[str]:
+    """Words the transform changes: a text already sorted (or with nothing to
+    remove, or a palindrome of words) is passed by copying it, and teaches nothing."""
+    while True:
+        ws = [rng.choice(WORDS) for _ in range(rng.randint(4, 8))]
+        if t.name == "dedupe-words" and len(set(ws)) == len(ws):
+            ws.insert(rng.randint(1, len(ws)), rng.choice(ws))
+        if t.apply(ws) != " ".join(ws):
+            return ws
 
 
 def text_task(name: str, seed: int, index: int) -> Task:
     """Instance `index` of transform `name`, drawn from `seed`."""
     t = TRANSFORMS[name]
     rng = random.Random(f"text/{name}/{seed}/{index}")
-    ws = _draw(rng, name)
+    ws = _draw(rng, t)
     text = " ".join(ws)
     expected = t.apply(ws)
     return Task(
