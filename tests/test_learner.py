@@ -731,10 +731,17 @@ def test_two_ranks_on_slurm_train_the_weights_that_one_rank_does(workdir: Path, 
 
 
 def _close(diff: np.ndarray) -> bool:
-    """ZeRO-3's tolerance against stage 0: no weight off by more than 1e-4,
-    and fewer than 1 in 10,000 off by more than 1e-6 (measured: 5 of 6.4M
-    after one step, 67 after three; the largest 3.7e-5)."""
-    return float(diff.max()) <= 1e-4 and int((diff > 1e-6).sum()) < diff.size / 10_000
+    """ZeRO-3's tolerance against stage 0: fewer than 1 in 1,000 weights
+    off by more than 1e-6, none by more than 2 x lr (1e-3). Adam's first
+    step, g / (|g| + eps), moves a weight by up to lr either way where its
+    gradient is near 0, so a gradient summed in another order can put one
+    weight 2 x lr away. ZeRO-3 also takes its log-probs from the engine's
+    forward, where stage 0 projects the hidden states itself: the logits
+    differ in their last bits. Measured with one thread: 6 of 6.4M off after
+    one step, 1,733 after three; the largest 1.4e-4. A wrong gather or a
+    wrongly trained layer moves millions (6.2M of 6.4M, when the output
+    layer ran apart from ZeRO-3's forward)."""
+    return float(diff.max()) <= 2e-3 and int((diff > 1e-6).sum()) < diff.size / 1_000
 
 
 @pytest.mark.slow
