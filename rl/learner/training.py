@@ -368,6 +368,8 @@ class Training:
                 float(w0.float().pow(2).sum(dtype=torch.float64)) for w0 in self._start_weights.values()
             )
         adapter = self.trainer.adapter_record()
+        if adapter is not None:  # a LoRA delta needs the start's norm alone: its tensors are not kept
+            self._start_weights.clear()
         if adapter is not None:
             from rl.engine.lora import delta_norm2
 
