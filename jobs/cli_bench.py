@@ -70,7 +70,8 @@ def add_commands(sub: Any) -> None:
     b.add_argument("--engine", choices=["vllm", "hf"], default="vllm", help="the engine a version is loaded into")
     b = bench(
         "learn",
-        "held-out pass@1 of the base model, the quickstart's SFT warm start, SFT + RL, and a shuffled-reward control",
+        "pass@1 of the base model, the SFT warm start, SFT + RL on templates chosen by the warm start's rate, and a "
+        "shuffled-reward control, on fresh instances (B'), unseen templates (U) and HumanEval",
         "tiny counts and the HF engine: the whole chain in minutes, no learning claim",
     )
     b.add_argument("--dir", type=Path, default=None, help="a new folder for the runs (default: ./bench-learn)")
@@ -79,6 +80,36 @@ def add_commands(sub: Any) -> None:
         "--held-out", type=float, default=0.3, help="fraction held out, by whole templates (0.3 of 500: 146 tasks)"
     )
     b.add_argument("--family", default="all", help="generated tasks: a family or group (sarl tasks generate)")
+    b.add_argument(
+        "--new",
+        type=float,
+        default=0.0,
+        help="of the templates outside U, the share kept from the warm start (B may then hold them)",
+    )
+    b.add_argument("--candidates", type=int, default=4, help="fresh instances a template, measured for the band")
+    b.add_argument(
+        "--band",
+        type=float,
+        nargs=2,
+        default=(0.1, 0.8),
+        metavar=("LOW", "HIGH"),
+        help="the warm start's rate a template of B has",
+    )
+    b.add_argument(
+        "--band-by",
+        choices=["pass", "reward"],
+        default="pass",
+        help="the rate the band bounds (reward: partial credit, for text tasks)",
+    )
+    b.add_argument("--fresh", type=int, default=12, help="fresh instances of each B template: B'")
+    b.add_argument("--samples", type=int, default=8, help="samples a task at T = 1 where sampled pass@1 is measured")
+    b.add_argument(
+        "--sampled-on",
+        nargs="*",
+        default=["instances"],
+        choices=["instances", "templates", "humaneval"],
+        help="the sets also evaluated sampled (every set is evaluated greedy)",
+    )
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--keep", action="store_true", help="keep the runs' weights and checkpoints (GBs)")
     b.add_argument("--model", default=None, help="base model checkpoint folder (default: the built-in SmolLM2-135M)")

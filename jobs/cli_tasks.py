@@ -105,6 +105,9 @@ def add_commands(sub: Any) -> None:
         help="`sarl eval` result folders (their results.jsonl) of the warm start on the candidates",
     )
     s.add_argument("--band", type=float, nargs=2, default=(0.1, 0.8), metavar=("LOW", "HIGH"))
+    s.add_argument("--by", choices=["pass", "reward"], default="pass",
+                   help="the rate the band bounds: pass, the share of samples that passed; reward, the mean "
+                   "reward (partial credit: text tasks)")  # fmt: skip
     s.add_argument("--fresh", type=int, default=4, metavar="N", help="fresh instances of each kept template: B'")
     s.add_argument("--avoid", type=Path, nargs="*", default=[], metavar="FILE",
                    help="task files no B' task may be an instance of (A, U, ...)")  # fmt: skip
@@ -274,7 +277,8 @@ def band(args: argparse.Namespace) -> int:
     rates: dict[str, float] = {}
     for folder in args.results:
         path = folder / "results.jsonl" if folder.is_dir() else folder
-        rates.update(pass_rates([json.loads(line) for line in path.read_text().splitlines() if line.strip()]))
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        rates.update(pass_rates(rows, args.by))
     avoid = [t for f in args.avoid for t in read_tasks(f)]
     low, high = args.band
     got = choose(list(read_tasks(args.candidates)), rates, low, high, args.fresh, args.seed, avoid)
@@ -284,7 +288,7 @@ def band(args: argparse.Namespace) -> int:
     write_tasks(b_path, got.b)
     write_tasks(fresh_path, got.b_fresh)
     print(
-        f"B: {len(got.b)} tasks of {len(got.kept)} templates with a pass rate in [{low}, {high}] "
+        f"B: {len(got.b)} tasks of {len(got.kept)} templates with a {args.by} rate in [{low}, {high}] "
         f"({got.kinds.get('seen', 0)} seen by the warm start, {got.kinds.get('new', 0)} new to it) -> {b_path}; "
         f"B': {len(got.b_fresh)} fresh instances -> {fresh_path}; {len(got.rates)} templates measured",
         file=sys.stderr,

@@ -1,6 +1,7 @@
-"""`sarl bench learn --quick`: the quickstart's chain end to end (tasks,
-the leak check, the SFT warm start, export, RL from the export with all
-three roles, the shuffled-reward control, evaluations of every stage), on
+"""`sarl bench learn --quick`: the chain end to end (sets by role, the SFT
+warm start, export, B by the warm start's measured rate, both leak checks,
+RL from the export with all three roles, the shuffled-reward control,
+evaluations of every stage on B', U and HumanEval), on
 the tiny model so that it takes minutes.
 Whether the chain learns is the full benchmark's business (docs/benchmarks.md)."""
 
@@ -12,6 +13,9 @@ from pathlib import Path
 import pytest
 from conftest import sarl
 
+from rl.tasks.format import read_tasks
+from rl.tasks.leakage import template
+
 
 @pytest.mark.slow
 def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_after(
@@ -20,18 +24,32 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     # the recipe under measurement: a warm start with repair traces, then agent RL of two turns
     out = sarl("bench", "learn", "--quick", "--json", "--dir", "w", "--model", str(tiny_model),
                "--sft-set", "learner.loss.repairs=0.5", "--rl-set", "rollout.agent.max_turns=2", cwd=workdir,
-               timeout=1200)  # fmt: skip
+               timeout=2400)  # fmt: skip
     r = json.loads(out.stdout)
     assert r["max_turns"] == 2 and r["rl_set"] == ["rollout.agent.max_turns=2"]
-    for key in ("", "humaneval_"):
-        for stage in ("base", "sft", "rl", "control"):
-            assert 0.0 <= r[f"{key}pass1_{stage}"] <= 1.0, (key, stage)
-            assert 0.0 <= r[f"{key}crash_share_{stage}"] <= 1.0 and 0.0 <= r[f"{key}turn_2_share_{stage}"] <= 1.0
-        for a, b in (("sft", "base"), ("rl", "sft"), ("rl", "control")):
-            assert r[f"{key}gain_{a}_vs_{b}_se"] >= 0.0
-            assert r[f"{key}gain_{a}_vs_{b}"] == pytest.approx(r[f"{key}pass1_{a}"] - r[f"{key}pass1_{b}"], abs=1e-3)
-    assert r["tasks"] == 6 and r["humaneval_tasks"] == 6
-    assert r["quick"] is True and r["minutes"] >= r["minutes_sft"] + r["minutes_rl"] + r["minutes_control"] > 0
+    # B' (fresh instances of B's templates) greedy and sampled; U greedy (and HumanEval, but not under --quick)
+    assert {w: sorted(m) for w, m in r["evals"].items()} == {
+        "instances": ["greedy", "sampled"], "templates": ["greedy"]}  # fmt: skip
+    for where, modes in r["evals"].items():
+        for mode, cells in modes.items():
+            assert list(cells) == ["base", "sft", "rl", "control"]
+            for c in cells.values():
+                assert 0.0 <= c["pass@1"] <= 1.0 and 0.0 <= c["crash_share"] <= 1.0 and c["tasks"] == 6
+                if mode == "sampled":
+                    assert c["pass@1"] <= c["pass@2"] <= 1.0  # n = 2 samples a task under --quick
+            gains = r["gains"][where][mode]
+            assert list(gains) == ["sft_minus_base", "rl_minus_sft", "rl_minus_control"]
+            for name, g in gains.items():
+                a, b = name.split("_minus_")
+                assert g["se"] >= 0.0
+                assert g["points"] == pytest.approx(100 * (cells[a]["pass@1"] - cells[b]["pass@1"]), abs=0.1)
+    # the sets by role, each leak-checked at both levels
+    assert r["sets"]["A"] > 0 and r["sets"]["B"] > 0 and r["sets"]["B_fresh"] == r["sets"]["U"] == 6
+    assert r["leaks"]["templates"]["leaking_held_tasks"] == 0 and r["leaks"]["templates"]["held_tasks"] == 6
+    assert sorted(r["leaks"]["instances"]) == ["humaneval", "instances", "templates"]
+    assert all(v["leaking_held_tasks"] == 0 for v in r["leaks"]["instances"].values())
+    m = r["minutes"]
+    assert r["quick"] is True and m["all"] >= m["sft"] + m["band"] + m["rl"] + m["control"] + m["evals"] - 0.05
     w = workdir / "w"
     sft, rl, control = (w / "runs" / n for n in ("quickstart-sft", "quickstart-rl", "quickstart-rl-control"))
     export = json.loads((sft / "model" / "sarl-export.json").read_text())
@@ -42,8 +60,18 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
         assert str(sft / "model") in frozen and 'mode = "sync"' in frozen  # RL started from the export
         assert "max_turns = 2" in frozen
     # every stage was evaluated as the RL run plays: up to 2 turns
-    evals = [p.read_text().splitlines()[0] for p in (w / "logs").iterdir() if "-eval-" in p.name]
-    assert len(evals) == 8 and all("--max-turns 2" in e for e in evals), evals
+    # every stage was evaluated as the RL run plays, up to 2 turns: 3 sets and modes x 4 stages
+    evals = [
+        p.read_text().splitlines()[0]
+        for p in (w / "logs").iterdir()
+        if "-eval-" in p.name and "candidates" not in p.name
+    ]
+    assert len(evals) == 12 and all("--max-turns 2" in e for e in evals), evals
+    # B came from the warm start's measured rate on the candidates, B' is of B's templates
+    band = next(p for p in (w / "logs").iterdir() if p.name.endswith("-band.txt")).read_text()
+    assert "--results" in band and "runs/quickstart-sft/eval" in band
+    b_templates = {template(t) for t in read_tasks(w / "gen.B.jsonl")}
+    assert {template(t) for t in read_tasks(w / "gen.B-fresh.jsonl")} <= b_templates
     assert "shuffle_rewards = true" in (control / "run.toml").read_text()
     # the RL run's report has the control's reward beside its own
     assert (rl / "report" / "control.png").is_file()
@@ -57,6 +85,6 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     for role in ("generator", "rollout", "learner"):
         assert json.loads((rl / "checkpoints" / role / "task-000000.json").read_text())["done"], role
     # the evaluations' per-task results are in the runs
-    assert (sft / "eval" / "v000000" / "gen.heldout" / "results.jsonl").is_file()
+    assert (sft / "eval" / "v000000" / "gen.B-fresh" / "results.jsonl").is_file()
     assert not (sft / "store.zarr").exists()  # weights dropped at the end unless --keep
     assert not list((sft / "checkpoints" / "learner").glob("step-*"))

@@ -80,6 +80,29 @@ def test_band_refuses_a_measurement_that_keeps_nothing(workdir: Path) -> None:
     assert not (workdir / "g.B.jsonl").exists()
 
 
+def test_band_by_reward_chooses_text_templates_that_pass_nothing_yet(workdir: Path) -> None:
+    """Partial credit has signal long before an exact answer: text templates
+    are banded by their mean reward; by pass rate none would be kept."""
+    sarl("tasks", "generate", "--family", "text", "-n", "64", "--seed", "1", "-o", "g.jsonl", cwd=workdir)
+    sarl("tasks", "sets", "g.jsonl", "--held-out", "0.25", "--candidates", "2", "--seed", "1", cwd=workdir)
+    cand = list(read_tasks(workdir / "g.candidates.jsonl"))
+    names = sorted({template(t) for t in cand})
+    reward = {n: [0.05, 0.5, 0.95][i % 3] for i, n in enumerate(names)}
+    lines = [{"task_id": t.task_id, "n": 8, "passed": 0, "reward_mean": reward[template(t)]} for t in cand]
+    (workdir / "r.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    by_pass = sarl("tasks", "band", "g.candidates.jsonl", "--results", "r.jsonl", cwd=workdir, check=False)
+    assert by_pass.returncode == 2 and not (workdir / "g.B.jsonl").exists()
+    out = sarl("tasks", "band", "g.candidates.jsonl", "--results", "r.jsonl", "--by", "reward", "--fresh", "3",
+               "--avoid", "g.A.jsonl", "g.U.jsonl", cwd=workdir)  # fmt: skip
+    assert "with a reward rate in [0.1, 0.8]" in out.stderr
+    b, b_fresh = (list(read_tasks(workdir / f"g.{n}.jsonl")) for n in ("B", "B-fresh"))
+    kept = {n for n in names if reward[n] == 0.5}
+    assert {template(t) for t in b} == kept and {template(t) for t in b_fresh} == kept
+    assert len(b_fresh) == 3 * len(kept)
+    assert sarl("tasks", "leaks", "g.A.jsonl", "g.B.jsonl", "g.B-fresh.jsonl", "--level", "instances",
+                cwd=workdir).returncode == 0  # fmt: skip
+
+
 # ------------------------------------------------------------ text transforms
 
 

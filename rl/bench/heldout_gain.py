@@ -1,21 +1,28 @@
-"""`sarl bench learn`: what the quickstart's post-training adds, stage by
-stage, on tasks no run trained on, against a control.
+"""`sarl bench learn`: what post-training adds, stage by stage, against a
+control, on fresh instances of the RL templates and on templates no run
+trained on.
 
-It plays scripts/quickstart.sh's commands with its two configs: generated
-tasks split into train and held-out by whole templates, refused if the
-held-out tasks (or HumanEval's) leak from the training ones (`sarl tasks
-leaks`); `examples/quickstart-sft.toml`, a warm start on the training tasks'
-references; `sarl export`; `examples/quickstart-rl.toml`, RL from the warm
-start on the same training tasks; and the same RL run again with each
-step's rewards shuffled among its samples (`learner.shuffle_rewards`: same
-samples, compute and seed), the control. Pass@1 (greedy, one sample per
-task) of the base model, the warm start, SFT + RL and the control is
-measured on the generated held-out tasks and on all 164 HumanEval
-problems, with the differences between stages paired by task.
+It plays the commands a user would type (each in `logs/NN-name.txt`):
 
-Every step is the `sarl` command a user would type, in a folder of its own,
-with its output in `logs/`. `--quick` shrinks every number so that the whole
-chain runs in minutes (its figures say nothing about learning).
+1. Sets by role (`sarl tasks sets`, rl.tasks.roles): generated tasks give
+   A (the warm start's), U (whole templates no run trains on) and fresh
+   candidate instances of every other template.
+2. The warm start: `examples/quickstart-sft.toml` on A's references, then
+   `sarl export`.
+3. B by measurement: the warm start's sampled pass rate on the candidates
+   (`sarl eval`, n samples at T = 1); `sarl tasks band` keeps the templates
+   inside the band as B and draws B', fresh instances of them.
+4. The leak checks, both levels, refused on any leak: templates (A + B
+   against U) and instances (A + B against B' and U; A against HumanEval).
+5. RL from the warm start on B (`examples/quickstart-rl.toml`), and the same
+   run with each step's rewards shuffled among its samples (the control:
+   same samples, compute and seed).
+6. Every stage (base, SFT, SFT + RL, control) evaluated on B' (greedy and
+   sampled), U (greedy) and HumanEval (greedy), with differences paired by
+   task.
+
+`--quick` shrinks every number so that the chain runs in minutes (its
+figures say nothing about learning).
 """
 
 from __future__ import annotations
@@ -49,7 +56,9 @@ QUICK_RL = [
     "rollout.agent.max_tokens=16",
     'generator.engine={type="hf", max_model_len=1024}',
 ]
-# greedy, one reply of up to 256 tokens, every task at once (the engine's best batch)
+QUICK_KEEP = 6
+"""--quick: the tasks of each evaluated set kept (enough to run the chain)."""
+# one reply of up to 256 tokens, every task at once (the engine's best batch)
 FULL_EVAL = ["--max-tokens", "256", "--concurrency", "64"]
 QUICK_EVAL = ["--max-tokens", "16", "--backend", "hf"]
 
@@ -62,23 +71,26 @@ class _Steps:
         (work / "logs").mkdir(parents=True, exist_ok=True)
         self.sarl = str(Path(sys.executable).with_name("sarl"))
 
-    def __call__(self, name: str, *args: str) -> str:
+    def __call__(self, name: str, *args: str, ok: tuple[int, ...] = (0,)) -> str:
         self.n += 1
         log = self.work / "logs" / f"{self.n:02d}-{name}.txt"
         print(f"bench learn: sarl {' '.join(args)}", file=sys.stderr, flush=True)
         p = subprocess.run([self.sarl, *args], cwd=self.work, capture_output=True, text=True,
                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
         log.write_text(f"$ sarl {' '.join(args)}\n{p.stdout}\n--- stderr\n{p.stderr}")
-        if p.returncode != 0:
+        if p.returncode not in ok:
             tail = "\n".join((p.stderr.strip() or p.stdout.strip()).splitlines()[-15:])
             raise SarlError(f"bench learn: `sarl {' '.join(args)}` failed ({log}):\n{tail}")
         return p.stdout
 
-    def eval(self, run: str, tasks: str, version: int | None, extra: list[str]) -> dict[str, Any]:
-        args = ["eval", run, "--tasks", tasks, "--temperature", "0", "-n", "1", "--json", *extra]
+    def eval(self, run: str, tasks: str, version: int | None, n: int, extra: list[str]) -> dict[str, Any]:
+        """`sarl eval`: greedy when n = 1, else n samples a task at T = 1."""
+        temperature = "0" if n == 1 else "1"
+        args = ["eval", run, "--tasks", tasks, "--temperature", temperature, "-n", str(n), "--json", *extra]
         if version is not None:
             args += ["--version", str(version)]
-        return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}", *args))
+        mode = "greedy" if n == 1 else f"n{n}"
+        return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}-{mode}", *args))
 
 
 STAGES = ("base", "sft", "rl", "control")
@@ -87,6 +99,10 @@ RL with each step's rewards shuffled among its samples (the control)."""
 GAINS = (("sft", "base"), ("rl", "sft"), ("rl", "control"))
 """The paired differences reported: what the warm start gave, what RL gave
 on top of it, and what RL gave beyond the same updates on shuffled rewards."""
+SETS = {"instances": "gen.B-fresh.jsonl", "templates": "gen.U.jsonl", "humaneval": "humaneval.jsonl"}
+"""Where each stage is measured: B' (fresh instances of the RL templates:
+the claim), U (templates no run trained on: no loss of what was not
+trained) and HumanEval (all 164; no run trains on them)."""
 
 
 def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
@@ -98,30 +114,59 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     sh = _Steps(work)
     quick = bool(args.quick)
     n_tasks, held = (QUICK_TASKS, QUICK_HELD_OUT) if quick else (args.tasks, args.held_out)
+    samples = 2 if quick else args.samples
+    evals_extra = QUICK_EVAL if quick else FULL_EVAL
+    r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "family": args.family,
+                         "model": args.model or "smollm2-135m-instruct", "samples": samples,
+                         "band": list(args.band), "band_by": args.band_by,
+                         "sft_set": list(args.sft_set), "rl_set": list(args.rl_set)}  # fmt: skip
+    minutes: dict[str, float] = {}
+
+    # 1. sets by role: A, U and fresh candidates of every other template
     sh("tasks", "tasks", "generate", "--family", args.family, "-n", str(n_tasks), "--seed", str(args.seed),
        "-o", "gen.jsonl")  # fmt: skip
-    sh("split", "tasks", "split", "gen.jsonl", "--held-out", str(held), "--seed", str(args.seed))
-    sh("humaneval", "tasks", "import", "humaneval", "-o", "humaneval.jsonl")  # all 164: no run trains on them
-    # a held-out set that leaks from the training tasks measures recall: refused (the report is in logs/)
-    sh("leaks", "tasks", "leaks", "gen.train.jsonl", "gen.heldout.jsonl")
-    sh("leaks-humaneval", "tasks", "leaks", "gen.train.jsonl", "humaneval.jsonl")
-    if quick:  # a few held-out tasks are enough to run the chain
-        for name in ("gen.heldout.jsonl", "humaneval.jsonl"):
-            lines = (work / name).read_text().splitlines()[:6]
-            (work / name).write_text("\n".join(lines) + "\n")
+    candidates, fresh = (1, 2) if quick else (args.candidates, args.fresh)
+    sh("sets", "tasks", "sets", "gen.jsonl", "--held-out", str(held), "--new", str(args.new),
+       "--candidates", str(candidates), "--seed", str(args.seed))  # fmt: skip
+    sh("humaneval", "tasks", "import", "humaneval", "-o", "humaneval.jsonl")
 
+    # 2. the warm start on A's references
     common = ["--cluster", "local", "--set", 'run.root="runs"']
     sft_set = [x for o in (QUICK_SFT if quick else []) for x in ("--set", o)]
     if args.model:  # another base model than the built-in one
         sft_set += ["--set", f"model.path={json.dumps(str(Path(args.model).resolve()))}"]
     sft_set += [x for o in args.sft_set for x in ("--set", o)]  # the recipe under measurement
-    sh("submit-sft", "submit", str(SFT_CONFIG), *common, *sft_set,
-       "--set", 'learner.loss.tasks_file="gen.train.jsonl"')  # fmt: skip
-    sh("wait-sft", "status", "runs/quickstart-sft", "--wait")
-    sh("export", "export", "runs/quickstart-sft", "-o", "runs/quickstart-sft/model", "--json")
-    minutes = {"sft": (time.perf_counter() - t0) / 60}
+    sh("submit-sft", "submit", str(SFT_CONFIG), *common, *sft_set, "--set", 'learner.loss.tasks_file="gen.A.jsonl"')
+    sh("wait-sft", "status", RUNS["sft"], "--wait")
+    sh("export", "export", RUNS["sft"], "-o", f"{RUNS['sft']}/model", "--json")
+    minutes["sft"] = (time.perf_counter() - t0) / 60
+
+    # 3. B by measurement: the warm start's rate on the candidates, sampled; B' drawn for the kept templates
+    t = time.perf_counter()
+    got = sh.eval(RUNS["sft"], "gen.candidates.jsonl", None, samples, evals_extra)
+    low, high = (0.0, 1.0) if quick else args.band  # a tiny model passes nothing: every template is kept
+    sh("band", "tasks", "band", "gen.candidates.jsonl", "--results", got["folder"], "--band", str(low), str(high),
+       "--by", args.band_by, "--fresh", str(fresh), "--avoid", "gen.A.jsonl", "gen.U.jsonl",
+       "--seed", str(args.seed))  # fmt: skip
+    minutes["band"] = (time.perf_counter() - t) / 60
+    if quick:  # a few tasks of each evaluated set are enough to run the chain
+        for name in SETS.values():
+            lines = (work / name).read_text().splitlines()[:QUICK_KEEP]
+            (work / name).write_text("\n".join(lines) + "\n")
+    r["sets"] = {name: _count(work / f) for name, f in
+                 (("A", "gen.A.jsonl"), ("B", "gen.B.jsonl"), ("B_fresh", "gen.B-fresh.jsonl"),
+                  ("U", "gen.U.jsonl"), ("humaneval", "humaneval.jsonl"))}  # fmt: skip
+
+    # 4. the leak checks: a held-out set that leaks from a training file measures recall (refused)
+    train = ["gen.A.jsonl", "gen.B.jsonl"]
+    r["leaks"] = {
+        "templates": _leaks(sh, "templates", [*train, "gen.U.jsonl"]),
+        "instances": {name: _leaks(sh, "instances", [*train, f]) for name, f in SETS.items()},
+    }
+
+    # 5. RL on B from the warm start, and the shuffled-reward control
     rl_set = [x for o in (QUICK_RL if quick else []) for x in ("--set", o)]
-    rl_set += ["--set", 'model.path="runs/quickstart-sft/model"', "--set", 'rollout.tasks_file=["gen.train.jsonl"]']
+    rl_set += ["--set", f'model.path="{RUNS["sft"]}/model"', "--set", 'rollout.tasks_file=["gen.B.jsonl"]']
     rl_set += [x for o in args.rl_set for x in ("--set", o)]
     for name, extra in (("rl", []), ("control", ["--set", 'run.name="quickstart-rl-control"',
                                                   "--set", "learner.shuffle_rewards=true"])):  # fmt: skip
@@ -132,28 +177,31 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     # the RL run's curves with the control's reward beside it: RUN/report/ (control.png, learning.png, ...)
     sh("report", "report", RUNS["rl"], "--control", RUNS["control"])
 
-    # every stage is evaluated with the turns the RL run played (the agent it trained), greedy
+    # 6. every stage on every set, with the turns the RL run played (the agent it trained)
+    t = time.perf_counter()
     turns = _max_turns(work / RUNS["rl"] / "run.toml")
-    evals = [*(QUICK_EVAL if quick else FULL_EVAL), "--max-turns", str(turns)]
-    r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "family": args.family,
-                         "model": args.model or "smollm2-135m-instruct", "max_turns": turns,
-                         "sft_set": list(args.sft_set), "rl_set": list(args.rl_set)}  # fmt: skip
-    for key, tasks in (("", "gen.heldout.jsonl"), ("humaneval_", "humaneval.jsonl")):
-        folders = {}
-        for stage in STAGES:
-            run, version = EVALUATED[stage]
-            got = sh.eval(run, tasks, version, evals)
-            r[f"{key}pass1_{stage}"], r[f"{key}se_{stage}"] = got["pass@1"], got["se@1"]
-            for k in ("crash_share", "turn_2_share", "turn_2_fix_rate"):
-                r[f"{key}{k}_{stage}"] = got.get(k)
-            folders[stage] = Path(got["folder"])
-            r[f"{key}tasks"] = got["tasks"]
-        for a, b in GAINS:
-            r[f"{key}gain_{a}_vs_{b}"], r[f"{key}gain_{a}_vs_{b}_se"] = _paired_gain(folders[b], folders[a])
-    r.update({f"minutes_{k}": v for k, v in minutes.items()})
-    r["minutes"] = (time.perf_counter() - t0) / 60  # the evaluations included
+    r["max_turns"] = turns
+    extra = [*evals_extra, "--max-turns", str(turns)]
+    r["evals"], r["gains"] = {}, {}
+    for where, tasks in SETS.items():
+        if quick and where == "humaneval":
+            continue  # --quick runs the chain; HumanEval is one more set of the same evaluations
+        modes = {"greedy": 1, **({"sampled": samples} if where in args.sampled_on else {})}
+        for mode, n in modes.items():
+            folders, cells = {}, {}
+            for stage in STAGES:
+                run, version = EVALUATED[stage]
+                e = sh.eval(run, tasks, version, n, extra)
+                folders[stage] = Path(e["folder"])
+                cells[stage] = {k: e.get(k) for k in (*EVAL_KEYS, f"pass@{n}", f"se@{n}")}
+            r["evals"].setdefault(where, {})[mode] = cells
+            r["gains"].setdefault(where, {})[mode] = {
+                f"{a}_minus_{b}": _paired_gain(folders[b], folders[a]) for a, b in GAINS
+            }
+    minutes["evals"] = (time.perf_counter() - t) / 60
+    minutes["all"] = (time.perf_counter() - t0) / 60
+    r["minutes"] = {k: round(v, 2) for k, v in minutes.items()}
     r["folder"] = str(work)
-    r = {k: round(v, 4) if isinstance(v, float) else v for k, v in r.items()}
     if not args.keep:
         for run in RUNS.values():  # the weights and checkpoints: GBs
             shutil.rmtree(work / run / "store.zarr", ignore_errors=True)
@@ -169,6 +217,22 @@ EVALUATED: dict[str, tuple[str, int | None]] = {
     "rl": (RUNS["rl"], None),  # the newest version
     "control": (RUNS["control"], None),
 }
+EVAL_KEYS = ("tasks", "pass@1", "se@1", "reward_mean", "reward_se", "crash_share", "turn_2_share", "turn_2_fix_rate")
+
+
+def _count(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def _leaks(sh: _Steps, level: str, files: list[str]) -> dict[str, Any]:
+    """`sarl tasks leaks FILES... --level LEVEL`: the counts (the report is in
+    logs/); a leak stops the benchmark."""
+    out = json.loads(sh(f"leaks-{level}-{Path(files[-1]).stem}", "tasks", "leaks", *files, "--level", level,
+                        "--json", ok=(0, 1)))[level]  # fmt: skip
+    if out["leaking_held_tasks"]:
+        raise SarlError(f"bench learn: {out['leaking_held_tasks']} tasks of {files[-1]} leak ({level}) from "
+                        f"{' + '.join(files[:-1])}: see {sh.work / 'logs'}")  # fmt: skip
+    return {k: out[k] for k in ("train_tasks", "held_tasks", "leaking_held_tasks")}
 
 
 def _max_turns(frozen: Path) -> int:
@@ -178,10 +242,10 @@ def _max_turns(frozen: Path) -> int:
     return int(tomllib.loads(frozen.read_text())["rollout"]["agent"]["max_turns"])
 
 
-def _paired_gain(before: Path, after: Path) -> tuple[float, float]:
-    """Mean and standard error of the per-task change of pass@1: both
-    evaluations ran on the same tasks, so the pairing removes the spread
-    of task difficulty from the error."""
+def _paired_gain(before: Path, after: Path) -> dict[str, float]:
+    """The per-task change of pass@1, in points, with its standard error:
+    both evaluations ran on the same tasks, so the pairing removes the
+    spread of task difficulty from the error."""
     from rl.eval.passk import mean_and_se
 
     def per_task(folder: Path) -> dict[str, float]:
@@ -189,38 +253,41 @@ def _paired_gain(before: Path, after: Path) -> tuple[float, float]:
         return {r["task_id"]: r["pass_at"]["pass@1"] for r in rows}
 
     b, a = per_task(before), per_task(after)
-    return mean_and_se([a[t] - b[t] for t in sorted(b.keys() & a.keys())])
+    m, se = mean_and_se([a[t] - b[t] for t in sorted(b.keys() & a.keys())])
+    return {"points": round(100 * m, 2), "se": round(100 * se, 2)}
 
 
 def _lines(r: dict[str, Any]) -> list[str]:
-    def row(name: str, key: str) -> str:
-        cells = [f"{r[f'{key}pass1_{s}']:.3f} +- {r[f'{key}se_{s}']:.3f}" for s in STAGES]
-        return f"  {name:<18}" + "".join(f"{c:>16}" for c in cells)
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{100 * v:.0f}%"
 
-    def shares(key: str) -> str:
-        def pct(v: Any) -> str:
-            return "-" if v is None else f"{100 * v:.0f}%"
-
-        cells = [f"{pct(r.get(f'{key}crash_share_{s}'))} / {pct(r.get(f'{key}turn_2_share_{s}'))}" for s in STAGES]
-        return f"  {'crash / turn 2':<18}" + "".join(f"{c:>16}" for c in cells)
-
-    def gains(key: str) -> str:
-        return "  " + "   ".join(
-            f"{a} - {b} {r[f'{key}gain_{a}_vs_{b}'] * 100:+.1f} +- {r[f'{key}gain_{a}_vs_{b}_se'] * 100:.1f}"
-            for a, b in GAINS
-        )
-
-    return [
-        f"learn: held-out pass@1 (greedy, up to {r['max_turns']} turns, paired standard errors in points), "
-        f"{r['minutes']:.1f} min in all "
-        f"(SFT {r['minutes_sft']:.1f}, RL {r['minutes_rl']:.1f}, control {r['minutes_control']:.1f})"
+    m = r["minutes"]
+    out = [
+        f"learn: pass@1 by stage (paired standard errors in points), {m['all']:.1f} min in all "
+        f"(SFT {m['sft']:.1f}, band {m['band']:.1f}, RL {m['rl']:.1f}, control {m['control']:.1f}, "
+        f"evaluations {m['evals']:.1f}); up to {r['max_turns']} turns"
         + (" [--quick: not a measurement]" if r["quick"] else ""),
-        f"  {'':<18}" + "".join(f"{s:>16}" for s in ("base", "SFT", "SFT + RL", "control")),
-        row(f"generated ({r['tasks']})", ""),
-        shares(""),
-        gains("") + "   (targets: rl - sft >= +5 points and >= 2 se; rl - control >= 2 se)",
-        row(f"HumanEval ({r['humaneval_tasks']})", "humaneval_"),
-        shares("humaneval_"),
-        gains("humaneval_") + "   (target: rl - sft not below -1 se)",
-        f"  runs, logs and TensorBoard: {r['folder']}",
+        "  sets: "
+        + ", ".join(f"{k} {v}" for k, v in r["sets"].items())
+        + f"; B: templates with a warm-start {r['band_by']} rate in [{r['band'][0]}, {r['band'][1]}]",
+        "  leaks: templates (A + B vs U) "
+        + str(r["leaks"]["templates"]["leaking_held_tasks"])
+        + "; instances "
+        + ", ".join(f"{k} {v['leaking_held_tasks']}" for k, v in r["leaks"]["instances"].items()),
+        f"  {'':<26}" + "".join(f"{s:>16}" for s in ("base", "SFT", "SFT + RL", "control")),
     ]
+    names = {"instances": "B' (fresh instances)", "templates": "U (unseen templates)", "humaneval": "HumanEval"}
+    for where, modes in r["evals"].items():
+        for mode, cells in modes.items():
+            label = f"{names[where]} {mode}"
+            out.append(f"  {label:<26}" + "".join(
+                f"{c['pass@1']:.3f} +- {c['se@1']:.3f}".rjust(16) for c in cells.values()))  # fmt: skip
+            out.append(f"  {'  reward / crash':<26}" + "".join(
+                f"{c['reward_mean']:.2f} / {pct(c['crash_share'])}".rjust(16) for c in cells.values()))  # fmt: skip
+            out.append("    " + "   ".join(
+                f"{k.replace('_minus_', ' - ')} {g['points']:+.1f} +- {g['se']:.1f}"
+                for k, g in r["gains"][where][mode].items()))  # fmt: skip
+    out.append("  targets on B': rl - sft >= +10 points sampled and >= +5 greedy, each >= 2 se; rl - control >= 2 se;"
+               " on U and HumanEval rl - sft not below -1 se")  # fmt: skip
+    out.append(f"  runs, logs and TensorBoard: {r['folder']}")
+    return out

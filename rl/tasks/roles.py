@@ -152,7 +152,13 @@ def _spread(rates: dict[str, float]) -> str:
     return f"{len(v)} templates, min {v[0]:.2f}, median {v[len(v) // 2]:.2f}, max {v[-1]:.2f}"
 
 
-def pass_rates(results: list[dict[str, Any]]) -> dict[str, float]:
-    """Each task's sampled pass rate, from the lines of a `sarl eval`
-    results.jsonl: its samples that passed, over its samples."""
+def pass_rates(results: list[dict[str, Any]], by: str = "pass") -> dict[str, float]:
+    """Each task's measured rate, from the lines of a `sarl eval`
+    results.jsonl: `pass`, its samples that passed over its samples;
+    `reward`, its mean reward (partial credit, as text tasks grade: an exact
+    answer may be rare long after the reward has signal)."""
+    if by == "reward":
+        return {str(r["task_id"]): float(r["reward_mean"]) for r in results}
+    if by != "pass":
+        raise SetsError(f"--by {by}: pass or reward")
     return {str(r["task_id"]): int(r["passed"]) / max(1, int(r["n"])) for r in results}
