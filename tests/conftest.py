@@ -20,9 +20,11 @@ SARL = [sys.executable, "-m", "jobs.cli"]
 
 
 def sarl(
-    *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True, timeout: float = 120
+    *args: str, cwd: Path, env: dict[str, str] | None = None, check: bool = True, timeout: float = 900
 ) -> subprocess.CompletedProcess[str]:
-    """Run the `sarl` command in a subprocess, as a user would."""
+    """Run the `sarl` command in a subprocess, as a user would. The timeout
+    catches a hang, not a slow machine: a quick bench took over 120 s with
+    two busy loops beside the suite."""
     proc = subprocess.run([*SARL, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"sarl {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
