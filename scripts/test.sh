@@ -2,6 +2,7 @@
 # Everything the tests need, then the tests: .venv with the dev tools, bubblewrap, Node.js,
 # a local Slurm (Debian packages, started as root), then ruff, mypy and pytest.
 #   sudo scripts/test.sh [PYTEST ARGS...]   (no arguments: the whole suite, in two streams)
+#   sudo scripts/test.sh --fast [ARGS...]   (no slow, Slurm or GPU test: the tier for work)
 # The Debian packages and Slurm come up while pip installs: on a fresh 2-core
 # machine that saves minutes.
 set -euo pipefail
@@ -29,6 +30,11 @@ unset PYTHONDONTWRITEBYTECODE
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy
+if [ "${1:-}" = "--fast" ]; then  # the tier for work: no slow, Slurm or GPU test, one stream
+  shift
+  rm -rf "$logs"
+  exec .venv/bin/python -m pytest -m "not slow and not slurm and not gpu" "$@"
+fi
 if [ $# -gt 0 ]; then  # a selection: as asked
   rm -rf "$logs"
   exec .venv/bin/python -m pytest "$@"
