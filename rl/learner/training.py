@@ -368,11 +368,10 @@ class Training:
                 float(w0.float().pow(2).sum(dtype=torch.float64)) for w0 in self._start_weights.values()
             )
         adapter = self.trainer.adapter_record()
-        if adapter is not None:  # a LoRA delta needs the start's norm alone: its tensors are not kept
-            self._start_weights.clear()
         if adapter is not None:
             from rl.engine.lora import delta_norm2
 
+            self._start_weights.clear()  # a LoRA delta needs the start's norm alone: its tensors are not kept
             num = delta_norm2(weights, float(adapter["scale"]))
         else:  # against the start as the learner holds it (rounded to bf16 in its bf16 mode)
             num = 0.0
