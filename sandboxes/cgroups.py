@@ -77,22 +77,40 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def kill_uid(uid: int) -> int:
-    """SIGKILL every process of `uid` (a slot's sandbox uid: only its
-    sandboxes run as it). What a dead predecessor on the slot left behind
-    dies, wherever its cgroup was."""
-    n = 0
+def _uid_live_pids(uid: int) -> list[int]:
+    """The processes of `uid` that have not exited yet (zombies left out)."""
+    out = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         try:
             if os.stat(f"/proc/{name}").st_uid != uid:
                 continue
-            os.kill(int(name), signal.SIGKILL)
-            n += 1
-        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            if Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                continue
+        except (FileNotFoundError, ProcessLookupError, IndexError):
             continue
-    return n
+        out.append(int(name))
+    return out
+
+
+def kill_uid(uid: int, wait_s: float = 0.0) -> int:
+    """SIGKILL every process of `uid` (a slot's sandbox uid: only its
+    sandboxes run as it), and wait up to `wait_s` until none is alive.
+    What a dead predecessor on the slot left behind dies, wherever its
+    cgroup was. Why the wait: a killed process leaves its cgroup before it
+    has finished exiting, so an empty cgroup does not yet mean no process."""
+    killed: set[int] = set()
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = _uid_live_pids(uid)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        if not pids or time.monotonic() >= deadline:
+            return len(killed)
+        time.sleep(0.005)
 
 
 class Slot:
@@ -111,6 +129,10 @@ class Slot:
         return f"sb{self.n}"
 
     def release(self) -> None:
+        """Free the slot once none of its processes is alive (as root: its uid
+        is this slot's alone), so that a sandbox's close() leaves nothing behind."""
+        if os.geteuid() == 0 and not self._lock.closed:
+            kill_uid(self.uid, wait_s=KILL_WAIT_S)
         with contextlib.suppress(ValueError, OSError):
             self._lock.close()
 
