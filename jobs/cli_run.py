@@ -1,10 +1,9 @@
-"""`sarl submit | status | cancel | resume | scale | report | export`: a run's jobs and results."""
+"""`sarl submit | status | logs | cancel | resume | scale | report | export`: a run's jobs and results."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,34 @@ def add_commands(sub: Any) -> None:
     q.add_argument(
         "--wait",
         action="store_true",
-        help="show a progress bar until every task (but generators, which serve the others) is done or failed; "
-        "exit 1 if any failed",
+        help="follow the run until every task (but generators, which serve the others) is done or failed, "
+        "then print the status; exit 1 if any failed. On a terminal a progress bar; through a pipe or into a "
+        "file, plain lines (no carriage return)",
+    )
+    q.add_argument(
+        "--every",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="with --wait, not on a terminal: a progress line at most this often (and on every change of the "
+        "tasks' states; default 30)",
     )
     q.set_defaults(handler=status)
+
+    q = sub.add_parser(
+        "logs",
+        help="a task's stdout and stderr from submitit's files, every attempt named (whatever job id or requeue "
+        "it ran under)",
+    )
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("which", nargs="?", metavar="ROLE[/TASK]", help="e.g. learner, rollout/3 (default: every task)")
+    q.add_argument("-f", "--follow", action="store_true", help="then print what the newest attempts write, "
+                   "until every task followed has ended")  # fmt: skip
+    q.add_argument("-n", "--lines", type=int, default=50, metavar="N",
+                   help="the last N lines of each part (default 50; 0: all)")  # fmt: skip
+    q.add_argument("--stream", choices=("both", "stdout", "stderr"), default="both")
+    q.add_argument("--rank", type=int, default=0, help="the process of a multi-process task (default 0)")
+    q.set_defaults(handler=logs)
 
     q = sub.add_parser("cancel", help="cancel every job of a run (their state stays; resume continues)")
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
@@ -125,6 +148,26 @@ def resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def logs(args: argparse.Namespace) -> int:
+    from rl.errors import ConfigError
+    from rl.run.logs import STREAMS, follow, show
+
+    if args.lines < 0:
+        raise ConfigError(f"-n must be 0 (all) or more, not {args.lines}")
+    rd = run_dir(args.run_dir)
+    streams = STREAMS if args.stream == "both" else (args.stream,)
+    offsets: dict[Path, int] = {}
+    shown = show(rd, args.which, sys.stdout, args.lines, streams, args.rank, offsets)
+    if args.follow:
+        try:
+            follow(rd, args.which, sys.stdout, offsets, streams, args.rank)
+        except KeyboardInterrupt:
+            return 0
+    elif not shown:
+        print(f"no log yet for {args.which or 'any task'} in {rd.path / 'logs'}", file=sys.stderr)
+    return 0
+
+
 def cancel(args: argparse.Namespace) -> int:
     from rl.run.launch import cancel as cancel_run
 
@@ -143,6 +186,7 @@ def _print_submitted(subs: list[Any], path: Path) -> None:
 
 def status(args: argparse.Namespace) -> int:
     from jobs.output import emit_json
+    from rl.errors import ConfigError
     from rl.run.status import render, run_status
 
     rd = run_dir(args.run_dir)
@@ -153,29 +197,11 @@ def status(args: argparse.Namespace) -> int:
         else:
             print(render(st, args.all))
         return 0
-    from tqdm import tqdm
+    from rl.run.watch import wait
 
-    st = run_status(rd, store=False)
-    # Generators serve the other roles. Once those are all done or failed,
-    # nothing more happens without the user: the generators end by
-    # themselves after a learner that is done, and serve on for a failed one
-    # until `sarl resume` (or `sarl cancel`). A run of generators alone is
-    # waited for whole.
-    waited = [name for name in st["roles"] if name != "generator"] or list(st["roles"])
-    total = sum(st["roles"][name]["tasks"] for name in waited)
-    bar = tqdm(total=total, unit="task", desc="tasks done", file=sys.stderr)
-    while True:
-        counts = [st["roles"][name]["counts"] for name in waited]
-        done = sum(c["done"] for c in counts)
-        failed = sum(c["failed"] for c in counts)
-        bar.n = done
-        bar.set_postfix(running=sum(c["running"] for c in counts), failed=failed)
-        bar.refresh()
-        if done + failed >= total:
-            break
-        time.sleep(1.0)
-        st = run_status(rd, store=False)
-    bar.close()
+    if args.every <= 0:
+        raise ConfigError(f"--every must be a positive number of seconds, not {args.every:g}")
+    failed = wait(rd, sys.stderr, every_s=args.every)
     st = run_status(rd)
     if args.json:
         emit_json(st, indent=1)

@@ -8,6 +8,7 @@ Whether the chain learns is the full benchmark's business (docs/benchmarks.md)."
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,13 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     # every role of the RL run ended by itself: the generator with the learner and the rollouts
     for role in ("generator", "rollout", "learner"):
         assert json.loads((rl / "checkpoints" / role / "task-000000.json").read_text())["done"], role
+    # what an operator sees of the chain: `--wait` into a file writes plain lines with the learner's steps,
+    # and `sarl logs` reads every role of the finished RL run, each part under the attempt it comes from
+    waited = next(p for p in (w / "logs").iterdir() if p.name.endswith("-wait-rl.txt")).read_text()
+    assert "\r" not in waited and re.search(r"  step 2/2\b.*; learner 1 done", waited), waited
+    logs = sarl("logs", str(rl), "-n", "3", cwd=workdir).stdout
+    for role in ("generator", "rollout", "learner"):
+        assert re.search(rf"^==> {role}/0 #1 \(job \d+ on .*\) stderr: ", logs, re.M), (role, logs)
     # the evaluations' per-task results are in the runs
     assert (sft / "eval" / "v000000" / "gen.B-fresh" / "results.jsonl").is_file()
     assert not (sft / "store.zarr").exists()  # weights dropped at the end unless --keep

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -126,7 +127,14 @@ def _start(
 def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Path, tiny_model: Path) -> None:
     run = _start(workdir, "a", tiny_model, steps=3, extra="keep_versions = 2\n[learner.loss]\nkl_coef = 0.1\n")
     try:
-        wait_for(lambda: _state(run).get("done"), 400, "the learner to finish")
+        # `--wait` through a pipe, as in a batch job's log: plain lines, the learner's steps, no carriage return
+        waited = sarl("status", str(run), "--wait", "--every", "1", cwd=run.parents[1])
+        assert "\r" not in waited.stdout + waited.stderr
+        lines = waited.stderr.splitlines()
+        seen = [int(re.search(r"  step (\d)/3", line).group(1)) for line in lines]  # type: ignore[union-attr]
+        assert len(lines) >= 2 and seen == sorted(seen) and seen[-1] == 3, waited.stderr
+        assert re.search(r"step 3/3 \(\d+ s/step\); learner 1 done$", lines[-1]), lines[-1]
+        assert "learner     RL, step 3/3 (" in waited.stdout  # then the status, as `sarl status` prints it
         state = task_state(run, 0, "learner")
         assert state["step"] == 3 and state["batches"] == 3 and state["quarantined"] == {}
         store = Store(run / "store.zarr")
@@ -169,8 +177,17 @@ def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Pat
         glance = json.loads(sarl("status", str(run), "--json", cwd=run.parents[1]).stdout)["training"]["learner"]
         assert glance["step"] == glance["steps"] == 3 and glance["published_version"] == 3
         assert glance["batches_consumed"] == 3 and glance["loss"] is not None
+        assert glance["kind"] == "rl" and glance["reward_mean"] is not None and "tokens_per_s" not in glance
         text = sarl("status", str(run), cwd=run.parents[1]).stdout
-        assert "learner     step 3/3, published version 3, 3 batches consumed; loss" in text
+        assert re.search(
+            r"learner     RL, step 3/3 \(\d+ s/step\), published version 3, 3 batches consumed; reward", text
+        )
+        # the learner's log, under the attempt it comes from
+        logs = sarl("logs", str(run), "learner/0", "-n", "0", cwd=run.parents[1]).stdout
+        assert re.search(
+            r"^==> learner/0 #1 \(job \d+ on .*, from the beginning\) stderr: .*_0_log.err <==$", logs, re.M
+        )
+        assert "sarl.learner INFO step 3: loss" in logs
         _check_report_and_tensorboard(run)
     finally:
         sarl("cancel", str(run), cwd=run.parents[1], check=False)
@@ -187,7 +204,7 @@ def _check_report_and_tensorboard(run: Path) -> None:
     import urllib.request
 
     out = sarl("report", str(run), cwd=run.parents[1])
-    assert "learner     step 3/3" in out.stdout
+    assert "learner     RL, step 3/3" in out.stdout
     folder = run / "report"
     for name in ("reward", "pass1", "failures", "throughput", "learning", "policy", "agent", "control"):
         assert (folder / f"{name}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

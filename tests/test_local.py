@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -26,7 +27,12 @@ def test_smoke_array_completes_locally(workdir: Path) -> None:
     run = _submit(workdir, smoke_config(tasks=3, steps=4, step_s=0.2))
     st = status(run)["roles"]["smoke"]
     assert st["counts"]["done"] < 3  # submit returned before the work was done
-    wait_for(lambda: _all_done(run), 60, "3 local tasks to finish")
+    # `sarl logs -f` follows the tasks as they start and write, and ends once every one has ended
+    followed = sarl("logs", str(run), "-f", "-n", "0", cwd=workdir, timeout=300)
+    assert _all_done(run)
+    for t in range(3):
+        assert followed.stdout.count(f"sarl: start smoke/{t} #1 (job ") == 2, followed.stdout  # stdout and stderr
+        assert re.search(rf"^==> smoke/{t} #1 \(job \d+ on .*\) (stderr|stdout): ", followed.stdout, re.M)
     for t in range(3):
         s = task_state(run, t)
         assert s["done"] and s["step"] == 4 and len(s["starts"]) == 1
@@ -63,6 +69,12 @@ def test_local_cancel_then_resume_continues_from_state(workdir: Path) -> None:
         s = task_state(run, t)
         assert s["step"] == 40
         assert [x["from"] for x in s["starts"]] == ["0/40 steps", f"{before[t]}/40 steps"]
+    # `sarl logs`: the two attempts ran as two jobs, each with its own files, each part under its attempt
+    logs = sarl("logs", str(run), "smoke/1", "-n", "0", cwd=workdir).stdout
+    parts = re.findall(r"^==> smoke/1 #(\d) \(job (\d+) on .*, from (.*)\) (stderr|stdout): (\S+) <==$", logs, re.M)
+    assert [(n, s) for n, _, _, s, _ in parts] == [("1", "stderr"), ("1", "stdout"), ("2", "stderr"), ("2", "stdout")]
+    assert parts[0][2] == "0/40 steps" and parts[2][2] == f"{before[1]}/40 steps", logs
+    assert parts[0][1] != parts[2][1] and len({f for *_, f in parts}) == 4  # two jobs, four files
 
 
 def test_local_array_parallelism_is_enforced(workdir: Path) -> None:

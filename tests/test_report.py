@@ -25,6 +25,8 @@ def test_the_report_sets_the_control_beside_the_run_and_names_the_difference(tmp
     _write(control / "learner", "learner/reward_mean", [0.1, 0.1, 0.2, 0.1, 0.1, 0.1])
     for name, values in (("rollout/crash_share", [0.5, 0.25]), ("rollout/turn_2_share", [0.4, 0.6])):
         _write(run / "rollout-000000", name, values)
+    _write(run / "eval", "eval/pass@1", [0.1, 0.3], [0, 6])
+    _write(control / "eval", "eval/pass@1", [0.1, 0.1], [0, 6])
     mine, theirs = read_curves(run), read_curves(control)
     (line,) = against_control(mine, theirs, last=5)
     # this run's last 5 steps: 0.2, 0.3, 0.5, 0.6, 0.7 (step 3's redo); the control's: 0.1, 0.2, 0.1, 0.1, 0.1
@@ -35,6 +37,8 @@ def test_the_report_sets_the_control_beside_the_run_and_names_the_difference(tmp
     assert list(alone) == ["reward", "pass1", "failures", "throughput", "learning", "policy", "agent", "control"]
     assert all(png[:8] == b"\x89PNG\r\n\x1a\n" for png in beside.values())
     assert alone["control"] != beside["control"]  # the control's curve is drawn
+    # held-out pass@1 per version, beside the training reward, and the control's beside this run's
+    assert alone["pass1"] != beside["pass1"] and alone["pass1"] != plots({"eval": mine["eval"]})["pass1"]
     assert alone["agent"] != plots({})["agent"]  # the rollout worker's turn figures are drawn
 
 

@@ -4,6 +4,7 @@ preemption by requeue, scancel and resume."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -97,6 +98,19 @@ def test_preempted_role_checkpoints_requeues_and_resumes(workdir: Path, slurm: N
         assert all(st["job_id"] == f"{job}_{t}" for st in s["starts"])  # the same array task, requeued
     rows = _sacct(job)
     assert any(r.endswith(("|REQUEUED", "|PREEMPTED")) for r in rows), rows
+    # `sarl logs`: both attempts of the requeued task, from the one pair of files Slurm appended to,
+    # each part under its own start; submitit's lines of the second start go with the second
+    logs = sarl("logs", str(run), "smoke/0", "-n", "0", cwd=workdir).stdout
+    parts = re.findall(r"^==> smoke/0 #(\d) \(job (\S+) on .*\) (stdout|stderr): (\S+) <==$", logs, re.M)
+    assert [(n, j, s) for n, j, s, _ in parts] == [
+        ("1", f"{job}_0", "stderr"),
+        ("1", f"{job}_0", "stdout"),
+        ("2", f"{job}_0", "stderr"),
+        ("2", f"{job}_0", "stdout"),
+    ], logs
+    assert len({f for *_, f in parts}) == 2  # one stderr file and one stdout file
+    stdout_parts = [chunk for chunk in logs.split("==> ") if chunk.startswith("smoke/0 #") and " stdout: " in chunk]
+    assert [c.count("Starting with JobEnvironment") for c in stdout_parts] == [1, 1], logs
     assert f"{urgent}|COMPLETED" in wait_for(lambda: _sacct(urgent), 30, "urgent job in sacct")
 
 

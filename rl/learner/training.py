@@ -76,6 +76,8 @@ class Training:
         self.model_path: Any = None
         self.set_aside: dict[str, str] = {}
         """Checkpoints that could not be loaded: folder name -> why."""
+        self.pace_s: float | None = None
+        """Seconds per step (its wall time, smoothed), since this process started."""
         self.tb: Any = None
         self.rendezvous = Path(ctx.run_dir) / "checkpoints" / "learner" / "rendezvous"
         """Where the ranks meet (rl.learner.dist)."""
@@ -267,7 +269,12 @@ class Training:
     def after_step(self, metrics: dict[str, float], staleness: list[int]) -> None:
         """Publish, checkpoint, commit the step's figures, draw its curves."""
         tb = self.tb
-        metrics.update(self._publish_and_checkpoint())
+        figures = self._publish_and_checkpoint()
+        metrics.update(figures)
+        # the step's wall time, waiting for rollouts included, smoothed: `sarl status` shows it and the time left
+        wall = metrics["wait_s"] + metrics["step_s"] + figures.get("publish_s", 0.0) + figures.get("checkpoint_s", 0.0)
+        self.pace_s = wall if self.pace_s is None else 0.8 * self.pace_s + 0.2 * wall
+        metrics["pace_s"] = self.pace_s
         self.save_state(step=self.step, batches=len(self.cursor), **{k: round(v, 6) for k, v in metrics.items()})
         log.info("step %d: loss %.4f reward %.3f", self.step, metrics["loss"], metrics["reward_mean"])
         if tb is not None:

@@ -2,7 +2,8 @@
 TensorBoard tunnel.
 
     RUN_DIR/report/reward.png       reward over time (learner, each rollout worker)
-    RUN_DIR/report/pass1.png        held-out pass@1 per weight version, +- 1 standard error
+    RUN_DIR/report/pass1.png        held-out pass@1 per weight version, +- 1 standard error, beside the
+                                    training reward (and the control's, with `--control`)
     RUN_DIR/report/failures.png     rollout failures by reason, cumulative over time
     RUN_DIR/report/throughput.png   episodes/s, learner tokens/s, generator tokens/s
     RUN_DIR/report/learning.png     could the steps teach anything: the share of groups whose rewards
@@ -97,15 +98,26 @@ def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -
     plt.close(fig)
 
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    ev = curves.get("eval", {})
-    if "eval/pass@1" in ev:
-        pts = sorted((p[1], p[2]) for p in ev["eval/pass@1"])
-        se = {p[1]: p[2] for p in ev.get("eval/se@1", [])}
-        ax.errorbar([v for v, _ in pts], [y for _, y in pts], yerr=[se.get(v, 0.0) for v, _ in pts], marker="o",
-                    capsize=3)  # fmt: skip
+    # the learning as it happens: held-out pass@1 per weight version, beside the training reward
+    # (version k is published by learner step k), for this run and the control
+    drawn = 0
+    for label, c, style in (("this run", curves, "-"), ("control", control or {}, "--")):
+        ev = c.get("eval", {})
+        if "eval/pass@1" in ev:
+            pts = sorted((p[1], p[2]) for p in ev["eval/pass@1"])
+            se = {p[1]: p[2] for p in ev.get("eval/se@1", [])}
+            ax.errorbar([v for v, _ in pts], [y for _, y in pts], yerr=[se.get(v, 0.0) for v, _ in pts], marker="o",
+                        capsize=3, linestyle=style, label=f"held-out pass@1, {label}")  # fmt: skip
+            drawn += 1
+        if drawn and "learner/reward_mean" in c.get("learner", {}):
+            ax.plot(*_by_step(c["learner"]["learner/reward_mean"]), linestyle=style, color="gray", alpha=0.7,
+                    label=f"training reward, {label}")  # fmt: skip
+    if drawn:
+        ax.legend(fontsize=7)
     else:
         _empty(ax, "evaluation")
-    ax.set(title="Held-out pass@1 (+- 1 standard error)", xlabel="weight version", ylabel="pass@1")
+    ax.set(title="Held-out pass@1 (+- 1 standard error) beside the training reward", xlabel="weight version",
+           ylabel="pass@1, mean reward")  # fmt: skip
     out["pass1"] = _png(fig)
     plt.close(fig)
 

@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import os
 import socket
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -52,6 +53,18 @@ def current_job_id() -> str:
         return str(submitit.JobEnvironment().job_id)
     except RuntimeError:
         return f"pid-{os.getpid()}"
+
+
+START_MARK = "sarl: start "
+"""The line a task's start writes to its stdout and stderr: `sarl logs` cuts
+submitit's files (which a Slurm requeue appends to) into attempts by it."""
+
+
+def announce_start(role: str, task: int, n: int, start: dict[str, Any]) -> None:
+    where = f"job {start['job_id']} on {start['host']}, from {start['from'] or 'the beginning'}"
+    line = f"{START_MARK}{role}/{task} #{n} ({where})"
+    for stream in (sys.stdout, sys.stderr):
+        print(line, file=stream, flush=True)
 
 
 def current_rank() -> int:
@@ -147,6 +160,7 @@ class Role(submitit.helpers.Checkpointable):
                 "cpus": sorted(os.sched_getaffinity(0)),  # the cores it may run on (job.cpu_list)
             }
             self.commit(starts=[*self.state.get("starts", []), start])
+            announce_start(self.name, task, len(self.state["starts"]), start)
             self.ctx = context_of(cfg, rd.path, task, rank=self.rank, committed=lambda: self.state)
             self.ctx.save, self.ctx.beat, self.ctx.progressed = self.commit, self.beat, self.progressed
             with self._recovering(cfg):

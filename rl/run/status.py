@@ -179,17 +179,18 @@ def store_damage(rd: RunDir) -> list[dict[str, str]]:
     return [{"path": d.path, "reason": d.reason} for d in damage]
 
 
-def run_status(rd: RunDir, store: bool = True) -> dict[str, Any]:
-    """Every role's tasks; with `store`, also the store's damaged entries."""
+def run_status(rd: RunDir, store: bool = True, disk: bool = True) -> dict[str, Any]:
+    """Every role's tasks; with `store`, also the store's damaged entries;
+    with `disk`, the run folder's disk use (a walk of the whole folder: not
+    for a poll every second)."""
     cfg = rd.config()
     roles = [role_status(rd, name, rc.tasks) for name, rc in cfg.roles().items()]
     from rl.run.disk import disk_use
     from rl.run.overview import overview
 
-    disk = disk_use(rd.path)
     return {
         "training": overview(rd, cfg),
-        "disk": disk,
+        **({"disk": disk_use(rd.path)} if disk else {}),
         "store_damaged": store_damage(rd) if store else [],
         "run_dir": str(rd.path),
         "name": cfg.run.name,
