@@ -16,6 +16,7 @@ generators alone.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from typing import IO, Any
@@ -97,7 +98,7 @@ def _finished(st: dict[str, Any]) -> tuple[bool, int]:
 def wait(rd: RunDir, out: IO[str], every_s: float = 30.0, tty: bool | None = None) -> int:
     """Follow the run until its waited tasks are all done or failed; the
     number that failed."""
-    tty = out.isatty() if tty is None else tty
+    tty = _terminal(out) if tty is None else tty
     st = run_status(rd, store=False, disk=False)
     bar = _Bar(progress_of(st), out) if tty else None
     last_line_at, last_tasks = 0.0, ""
@@ -117,6 +118,16 @@ def wait(rd: RunDir, out: IO[str], every_s: float = 30.0, tty: bool | None = Non
     if bar is not None:
         bar.close()
     return failed
+
+
+def _terminal(out: IO[str]) -> bool:
+    """A terminal with room for a bar (a pseudo-terminal without a size, as
+    `script` makes, gets the lines: tqdm draws nothing in 0 rows)."""
+    try:
+        size = os.get_terminal_size(out.fileno())
+        return out.isatty() and size.columns > 0 and size.lines > 0
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 class _Bar:
