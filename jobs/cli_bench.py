@@ -103,6 +103,14 @@ def add_commands(sub: Any) -> None:
     )
     b.add_argument("--fresh", type=int, default=12, help="fresh instances of each B template: B'")
     b.add_argument("--samples", type=int, default=8, help="samples a task at T = 1 where sampled pass@1 is measured")
+    b.add_argument("--band-samples", type=int, default=8, help="samples a candidate at T = 1 for the band's rate")
+    b.add_argument(
+        "--evaluate-on",
+        nargs="+",
+        default=["instances", "templates", "humaneval"],
+        choices=["instances", "templates", "humaneval"],
+        help="the sets every stage is evaluated on: B' (instances), U (templates), HumanEval",
+    )
     b.add_argument(
         "--sampled-on",
         nargs="*",

@@ -1,7 +1,8 @@
 """`sarl bench learn --quick`: the chain end to end (sets by role, the SFT
 warm start, export, B by the warm start's measured rate, both leak checks,
 RL from the export with all three roles, the shuffled-reward control,
-evaluations of every stage on B', U and HumanEval), on
+evaluations of every stage on B' (U and HumanEval left out by
+--evaluate-on here: the same loop)), on
 the tiny model so that it takes minutes.
 Whether the chain learns is the full benchmark's business (docs/benchmarks.md)."""
 
@@ -24,13 +25,13 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
 ) -> None:
     # the recipe under measurement: a warm start with repair traces, then agent RL of two turns
     out = sarl("bench", "learn", "--quick", "--json", "--dir", "w", "--model", str(tiny_model),
-               "--sft-set", "learner.loss.repairs=0.5", "--rl-set", "rollout.agent.max_turns=2", cwd=workdir,
-               timeout=2400)  # fmt: skip
+               "--sft-set", "learner.loss.repairs=0.5", "--rl-set", "rollout.agent.max_turns=2",
+               "--evaluate-on", "instances", cwd=workdir, timeout=2400)  # fmt: skip
     r = json.loads(out.stdout)
     assert r["max_turns"] == 2 and r["rl_set"] == ["rollout.agent.max_turns=2"]
-    # B' (fresh instances of B's templates) greedy and sampled; U greedy (and HumanEval, but not under --quick)
-    assert {w: sorted(m) for w, m in r["evals"].items()} == {
-        "instances": ["greedy", "sampled"], "templates": ["greedy"]}  # fmt: skip
+    # B' (fresh instances of B's templates) greedy and sampled; U and HumanEval left out by --evaluate-on
+    assert r["evaluate_on"] == ["instances"] and r["band_samples"] == 2
+    assert {w: sorted(m) for w, m in r["evals"].items()} == {"instances": ["greedy", "sampled"]}
     for where, modes in r["evals"].items():
         for mode, cells in modes.items():
             assert list(cells) == ["base", "sft", "rl", "control"]
@@ -60,14 +61,13 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
         frozen = (run / "run.toml").read_text()
         assert str(sft / "model") in frozen and 'mode = "sync"' in frozen  # RL started from the export
         assert "max_turns = 2" in frozen
-    # every stage was evaluated as the RL run plays: up to 2 turns
-    # every stage was evaluated as the RL run plays, up to 2 turns: 3 sets and modes x 4 stages
+    # every stage was evaluated as the RL run plays, up to 2 turns: B' greedy and sampled x 4 stages
     evals = [
         p.read_text().splitlines()[0]
         for p in (w / "logs").iterdir()
         if "-eval-" in p.name and "candidates" not in p.name
     ]
-    assert len(evals) == 12 and all("--max-turns 2" in e for e in evals), evals
+    assert len(evals) == 8 and all("--max-turns 2" in e for e in evals), evals
     # B came from the warm start's measured rate on the candidates, B' is of B's templates
     band = next(p for p in (w / "logs").iterdir() if p.name.endswith("-band.txt")).read_text()
     assert "--results" in band and "runs/quickstart-sft/eval" in band

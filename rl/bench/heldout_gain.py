@@ -115,9 +115,11 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     quick = bool(args.quick)
     n_tasks, held = (QUICK_TASKS, QUICK_HELD_OUT) if quick else (args.tasks, args.held_out)
     samples = 2 if quick else args.samples
+    band_samples = 2 if quick else args.band_samples
     evals_extra = QUICK_EVAL if quick else FULL_EVAL
     r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "family": args.family,
                          "model": args.model or "smollm2-135m-instruct", "samples": samples,
+                         "band_samples": band_samples, "evaluate_on": list(args.evaluate_on),
                          "band": list(args.band), "band_by": args.band_by,
                          "sft_set": list(args.sft_set), "rl_set": list(args.rl_set)}  # fmt: skip
     minutes: dict[str, float] = {}
@@ -143,7 +145,7 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
 
     # 3. B by measurement: the warm start's rate on the candidates, sampled; B' drawn for the kept templates
     t = time.perf_counter()
-    got = sh.eval(RUNS["sft"], "gen.candidates.jsonl", None, samples, evals_extra)
+    got = sh.eval(RUNS["sft"], "gen.candidates.jsonl", None, band_samples, evals_extra)
     low, high = (0.0, 1.0) if quick else args.band  # a tiny model passes nothing: every template is kept
     sh("band", "tasks", "band", "gen.candidates.jsonl", "--results", got["folder"], "--band", str(low), str(high),
        "--by", args.band_by, "--fresh", str(fresh), "--avoid", "gen.A.jsonl", "gen.U.jsonl",
@@ -184,7 +186,7 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     extra = [*evals_extra, "--max-turns", str(turns)]
     r["evals"], r["gains"] = {}, {}
     for where, tasks in SETS.items():
-        if quick and where == "humaneval":
+        if where not in args.evaluate_on or (quick and where == "humaneval"):
             continue  # --quick runs the chain; HumanEval is one more set of the same evaluations
         modes = {"greedy": 1, **({"sampled": samples} if where in args.sampled_on else {})}
         for mode, n in modes.items():
