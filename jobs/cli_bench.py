@@ -74,7 +74,12 @@ def add_commands(sub: Any) -> None:
         "shuffled-reward control, on fresh instances (B'), unseen templates (U) and HumanEval",
         "tiny counts and the HF engine: the whole chain in minutes, no learning claim",
     )
-    b.add_argument("--dir", type=Path, default=None, help="a new folder for the runs (default: ./bench-learn)")
+    b.add_argument("--dir", type=Path, default=None,
+                   help="a new folder for the sets, logs and the result (learn.json, learn.txt); "
+                   "default ./bench-learn")  # fmt: skip
+    b.add_argument("--runs", type=Path, default=None,
+                   help="the folder the three runs go to (quickstart-sft, quickstart-rl, quickstart-rl-control), "
+                   "none of them there yet; default DIR/runs")  # fmt: skip
     b.add_argument("--tasks", type=int, default=500, help="generated tasks, before the split")
     b.add_argument(
         "--held-out", type=float, default=0.3, help="fraction held out, by whole templates (0.3 of 500: 146 tasks)"

@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # The main job on the local default: post-train SmolLM2-135M-Instruct on
-# generated Python tasks and show held-out pass@1 before and after.
+# generated Python tasks, and show what each stage gave on tasks no run
+# trained on. It is `sarl bench learn` at a size that fits 2 cores:
 #   1. install sarl (.venv, the CPU extras) and bubblewrap;
-#   2. generate 500 tasks in 13 families and hold whole templates out
-#      (146 tasks), checked to share no template, reference program
-#      or near-duplicate prompt with the training tasks;
-#   3. a warm start: SFT on the training tasks' references (learner only);
-#   4. RL from it: a vLLM generator, a rollout worker playing the agent in
-#      sandboxes, and the learner, on the same training tasks;
-#   5. evaluate the base model, the warm start and the RL model on the
-#      held-out tasks (greedy, one sample per task) and print each, with
-#      what each stage gave (paired standard errors).
-# About 15 minutes on 2 cores, 0.85 GB in runs/ (LoRA adapters under bf16
-# where the CPU has it; docs/benchmarks.md: sarl bench learn).
-# Runs go to runs/; a second call resumes them.
+#   2. generate 500 tasks in 13 families; hold whole templates out (U);
+#      A, the warm start's tasks, is the rest;
+#   3. the warm start: SFT on A's reference programs (learner only);
+#   4. B, the RL tasks: fresh instances of the templates of A that the warm
+#      start half-solves (its sampled pass rate in 0.1-0.8, measured), and
+#      B', other fresh instances of the same templates;
+#      both leak checks (templates: A + B against U; instances: every
+#      training file against B' and U) stop here on any leak;
+#   5. RL from the warm start on B (a vLLM generator, a rollout worker
+#      playing the agent in sandboxes, the learner), and the same run with
+#      each step's rewards shuffled among its samples (the control);
+#   6. evaluate the base model, the warm start, RL and the control on B'
+#      (greedy and sampled) and U (greedy), and print each, with what each
+#      stage gave (differences paired by task).
+# Runs: runs/quickstart-sft, runs/quickstart-rl, runs/quickstart-rl-control;
+# sets, logs and the result (learn.txt, learn.json): runs/quickstart.
+# docs/benchmarks.md ("Learning") has the measured figures and the time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh cpu
@@ -21,49 +27,21 @@ if ! command -v bwrap >/dev/null && [ "$(id -u)" = 0 ]; then
   apt-get -o DPkg::Lock::Timeout=600 update -qq && DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq bubblewrap >/dev/null
 fi
 sarl=.venv/bin/sarl
-tasks=runs/quickstart/tasks
-if [ ! -f "$tasks.heldout.jsonl" ]; then
-  mkdir -p runs/quickstart
-  $sarl tasks generate --family all -n 500 --seed 1 -o "$tasks.jsonl"
-  $sarl tasks split "$tasks.jsonl" --held-out 0.3 --seed 1      # by whole templates: 354 to train on, 146 held out
+if [ -f runs/quickstart/learn.txt ]; then   # done before: its result
+  cat runs/quickstart/learn.txt
+  exit 0
 fi
-$sarl tasks leaks "$tasks.train.jsonl" "$tasks.heldout.jsonl"    # exits 1 (and stops here) if any held-out task leaks
-$sarl submit examples/quickstart-sft.toml --cluster local
-$sarl status runs/quickstart-sft --wait
-[ -d runs/quickstart-sft/model ] || $sarl export runs/quickstart-sft -o runs/quickstart-sft/model
-$sarl submit examples/quickstart-rl.toml --cluster local
-$sarl status runs/quickstart-rl --wait
-# greedy, one reply of up to 256 tokens per task, every task at once (what sarl bench learn measures)
-greedy=(--tasks "$tasks.heldout.jsonl" --temperature 0 -n 1 --max-turns 1 --max-tokens 256 --concurrency 64)
-$sarl eval runs/quickstart-sft --version 0 "${greedy[@]}" --json > runs/quickstart/base.json   # the base model
-$sarl eval runs/quickstart-rl --version 0 "${greedy[@]}" --json > runs/quickstart/sft.json     # the warm start RL began from
-$sarl eval runs/quickstart-rl "${greedy[@]}" --json > runs/quickstart/rl.json                  # after RL
-$sarl report runs/quickstart-rl > /dev/null
-.venv/bin/python - <<'PY'
-import json
-from pathlib import Path
-
-got = {w: json.load(open(f"runs/quickstart/{w}.json")) for w in ("base", "sft", "rl")}
-
-
-def per_task(w):
-    rows = (Path(got[w]["folder"]) / "results.jsonl").read_text().splitlines()
-    return {r["task_id"]: r["pass_at"]["pass@1"] for r in map(json.loads, filter(None, rows))}
-
-
-def gain(a, b):  # mean and standard error of the per-task difference: paired by task
-    x, y = per_task(a), per_task(b)
-    d = [x[t] - y[t] for t in sorted(x.keys() & y.keys())]
-    m = sum(d) / len(d)
-    se = (sum((v - m) ** 2 for v in d) / (len(d) - 1) / len(d)) ** 0.5 if len(d) > 1 else 0.0
-    return f"{100 * m:+.1f} +- {100 * se:.1f} points"
-
-
-print(f"held-out pass@1 on {got['rl']['tasks']} generated tasks of templates no run trained on (greedy):")
-for w, what in (("base", "the base model"), ("sft", "SFT warm start"), ("rl", "SFT warm start + RL")):
-    print(f"  {what:<22} {got[w]['pass@1']:.3f} +- {got[w]['se@1']:.3f}")
-print(f"  the warm start gave {gain('sft', 'base')}; RL gave {gain('rl', 'sft')} on top of it (paired se)")
-print("  (sarl bench learn adds a shuffled-reward control and HumanEval)")
-PY
-echo "TensorBoard: .venv/bin/tensorboard --logdir runs/quickstart-rl/tb  (and runs/quickstart-sft/tb)"
-echo "report: runs/quickstart-rl/report/index.html; per-task results: runs/quickstart-*/eval/"
+for d in runs/quickstart runs/quickstart-sft runs/quickstart-rl runs/quickstart-rl-control; do
+  if [ -e "$d" ]; then
+    echo "quickstart: $d is left from an unfinished quickstart; remove it (and the other runs/quickstart*) to start again" >&2
+    exit 1
+  fi
+done
+# The size: 8 candidates of each template sampled 8 times for the band; RL of
+# QS_STEPS steps of 8 groups of 8 (the same for the control); B' sampled 4 times.
+steps=${QS_STEPS:-8}
+$sarl bench learn --dir runs/quickstart --runs runs --keep \
+  --candidates 3 --band-samples 8 --samples 4 --evaluate-on instances templates \
+  --rl-set learner.steps="$steps" --rl-set rollout.groups=$((steps * 8))
+echo "TensorBoard: .venv/bin/tensorboard --logdir runs  (the three runs' curves side by side)"
+echo "report: runs/quickstart-rl/report/index.html (reward beside the control's); per-task results: runs/quickstart-*/eval/"

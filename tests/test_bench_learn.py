@@ -26,7 +26,7 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     # the recipe under measurement: a warm start with repair traces, then agent RL of two turns
     out = sarl("bench", "learn", "--quick", "--json", "--dir", "w", "--model", str(tiny_model),
                "--sft-set", "learner.loss.repairs=0.5", "--rl-set", "rollout.agent.max_turns=2",
-               "--evaluate-on", "instances", cwd=workdir, timeout=2400)  # fmt: skip
+               "--evaluate-on", "instances", "--runs", "r", cwd=workdir, timeout=2400)  # fmt: skip
     r = json.loads(out.stdout)
     assert r["max_turns"] == 2 and r["rl_set"] == ["rollout.agent.max_turns=2"]
     # B' (fresh instances of B's templates) greedy and sampled; U and HumanEval left out by --evaluate-on
@@ -53,7 +53,11 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     m = r["minutes"]
     assert r["quick"] is True and m["all"] >= m["sft"] + m["band"] + m["rl"] + m["control"] + m["evals"] - 0.05
     w = workdir / "w"
-    sft, rl, control = (w / "runs" / n for n in ("quickstart-sft", "quickstart-rl", "quickstart-rl-control"))
+    # the runs went to --runs (the quickstart puts them in runs/), the sets, logs and result to --dir
+    sft, rl, control = (workdir / "r" / n for n in ("quickstart-sft", "quickstart-rl", "quickstart-rl-control"))
+    assert r["runs"] == {"sft": str(sft), "rl": str(rl), "control": str(control)}
+    assert json.loads((w / "learn.json").read_text()) == r
+    assert "B' (fresh instances) greedy" in (w / "learn.txt").read_text()
     export = json.loads((sft / "model" / "sarl-export.json").read_text())
     assert export["version"] == 2 and export["run"] == str(sft)  # the warm start's last version
     assert "repairs = 0.5" in (sft / "run.toml").read_text()
@@ -70,7 +74,7 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     assert len(evals) == 8 and all("--max-turns 2" in e for e in evals), evals
     # B came from the warm start's measured rate on the candidates, B' is of B's templates
     band = next(p for p in (w / "logs").iterdir() if p.name.endswith("-band.txt")).read_text()
-    assert "--results" in band and "runs/quickstart-sft/eval" in band
+    assert "--results" in band and f"{sft}/eval" in band
     b_templates = {template(t) for t in read_tasks(w / "gen.B.jsonl")}
     assert {template(t) for t in read_tasks(w / "gen.B-fresh.jsonl")} <= b_templates
     assert "shuffle_rewards = true" in (control / "run.toml").read_text()
@@ -96,3 +100,12 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     assert (sft / "eval" / "v000000" / "gen.B-fresh" / "results.jsonl").is_file()
     assert not (sft / "store.zarr").exists()  # weights dropped at the end unless --keep
     assert not list((sft / "checkpoints" / "learner").glob("step-*"))
+
+
+def test_bench_learn_refuses_runs_that_exist_and_leaves_nothing(workdir: Path) -> None:
+    """A run folder already in --runs would be resumed, not measured: refused
+    before the folder of the sets is made."""
+    (workdir / "r" / "quickstart-rl").mkdir(parents=True)
+    p = sarl("bench", "learn", "--dir", "w", "--runs", "r", cwd=workdir, check=False)
+    assert p.returncode != 0 and f"{workdir / 'r' / 'quickstart-rl'} exist" in p.stderr, p.stderr
+    assert not (workdir / "w").exists() and sorted(x.name for x in (workdir / "r").iterdir()) == ["quickstart-rl"]

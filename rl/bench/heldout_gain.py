@@ -33,6 +33,7 @@ import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,117 +108,190 @@ trained) and HumanEval (all 164; no run trains on them)."""
 
 def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     t0 = time.perf_counter()
-    work = Path(args.dir or "bench-learn").resolve()
-    if work.exists():
-        raise SarlError(f"bench learn: {work} exists; give a new --dir")
-    work.mkdir(parents=True)
-    sh = _Steps(work)
-    quick = bool(args.quick)
-    n_tasks, held = (QUICK_TASKS, QUICK_HELD_OUT) if quick else (args.tasks, args.held_out)
-    samples = 2 if quick else args.samples
-    band_samples = 2 if quick else args.band_samples
-    evals_extra = QUICK_EVAL if quick else FULL_EVAL
-    r: dict[str, Any] = {"quick": quick, "tasks_generated": n_tasks, "family": args.family,
-                         "model": args.model or "smollm2-135m-instruct", "samples": samples,
-                         "band_samples": band_samples, "evaluate_on": list(args.evaluate_on),
+    c = _Chain.start(args)
+    r: dict[str, Any] = {"quick": c.quick, "tasks_generated": c.n_tasks, "family": args.family,
+                         "model": args.model or "smollm2-135m-instruct", "samples": c.samples,
+                         "band_samples": c.band_samples, "evaluate_on": list(args.evaluate_on),
                          "band": list(args.band), "band_by": args.band_by,
                          "sft_set": list(args.sft_set), "rl_set": list(args.rl_set)}  # fmt: skip
     minutes: dict[str, float] = {}
-
-    # 1. sets by role: A, U and fresh candidates of every other template
-    sh("tasks", "tasks", "generate", "--family", args.family, "-n", str(n_tasks), "--seed", str(args.seed),
-       "-o", "gen.jsonl")  # fmt: skip
-    candidates, fresh = (1, 2) if quick else (args.candidates, args.fresh)
-    sh("sets", "tasks", "sets", "gen.jsonl", "--held-out", str(held), "--new", str(args.new),
-       "--candidates", str(candidates), "--seed", str(args.seed))  # fmt: skip
-    sh("humaneval", "tasks", "import", "humaneval", "-o", "humaneval.jsonl")
-
-    # 2. the warm start on A's references
-    common = ["--cluster", "local", "--set", 'run.root="runs"']
-    sft_set = [x for o in (QUICK_SFT if quick else []) for x in ("--set", o)]
-    if args.model:  # another base model than the built-in one
-        sft_set += ["--set", f"model.path={json.dumps(str(Path(args.model).resolve()))}"]
-    sft_set += [x for o in args.sft_set for x in ("--set", o)]  # the recipe under measurement
-    sh("submit-sft", "submit", str(SFT_CONFIG), *common, *sft_set, "--set", 'learner.loss.tasks_file="gen.A.jsonl"')
-    sh("wait-sft", "status", RUNS["sft"], "--wait")
-    sh("export", "export", RUNS["sft"], "-o", f"{RUNS['sft']}/model", "--json")
+    _make_sets(c)
+    _warm_start(c)
     minutes["sft"] = (time.perf_counter() - t0) / 60
-
-    # 3. B by measurement: the warm start's rate on the candidates, sampled; B' drawn for the kept templates
     t = time.perf_counter()
-    got = sh.eval(RUNS["sft"], "gen.candidates.jsonl", None, band_samples, evals_extra)
-    low, high = (0.0, 1.0) if quick else args.band  # a tiny model passes nothing: every template is kept
-    sh("band", "tasks", "band", "gen.candidates.jsonl", "--results", got["folder"], "--band", str(low), str(high),
-       "--by", args.band_by, "--fresh", str(fresh), "--avoid", "gen.A.jsonl", "gen.U.jsonl",
-       "--seed", str(args.seed))  # fmt: skip
+    r["sets"] = _choose_b(c)
     minutes["band"] = (time.perf_counter() - t) / 60
-    if quick:  # a few tasks of each evaluated set are enough to run the chain
-        for name in SETS.values():
-            lines = (work / name).read_text().splitlines()[:QUICK_KEEP]
-            (work / name).write_text("\n".join(lines) + "\n")
-    r["sets"] = {name: _count(work / f) for name, f in
-                 (("A", "gen.A.jsonl"), ("B", "gen.B.jsonl"), ("B_fresh", "gen.B-fresh.jsonl"),
-                  ("U", "gen.U.jsonl"), ("humaneval", "humaneval.jsonl"))}  # fmt: skip
-
-    # 4. the leak checks: a held-out set that leaks from a training file measures recall (refused)
-    train = ["gen.A.jsonl", "gen.B.jsonl"]
-    r["leaks"] = {
-        "templates": _leaks(sh, "templates", [*train, "gen.U.jsonl"]),
-        "instances": {name: _leaks(sh, "instances", [*train, f]) for name, f in SETS.items()},
-    }
-
-    # 5. RL on B from the warm start, and the shuffled-reward control
-    rl_set = [x for o in (QUICK_RL if quick else []) for x in ("--set", o)]
-    rl_set += ["--set", f'model.path="{RUNS["sft"]}/model"', "--set", 'rollout.tasks_file=["gen.B.jsonl"]']
-    rl_set += [x for o in args.rl_set for x in ("--set", o)]
-    for name, extra in (("rl", []), ("control", ["--set", 'run.name="quickstart-rl-control"',
-                                                  "--set", "learner.shuffle_rewards=true"])):  # fmt: skip
+    r["leaks"] = _check_leaks(c)
+    for name in ("rl", "control"):
         t = time.perf_counter()
-        sh(f"submit-{name}", "submit", str(RL_CONFIG), *common, *rl_set, *extra)
-        sh(f"wait-{name}", "status", RUNS[name], "--wait")
+        _reinforce(c, name)
         minutes[name] = (time.perf_counter() - t) / 60
     # the RL run's curves with the control's reward beside it: RUN/report/ (control.png, learning.png, ...)
-    sh("report", "report", RUNS["rl"], "--control", RUNS["control"])
-
-    # 6. every stage on every set, with the turns the RL run played (the agent it trained)
+    c.sh("report", "report", str(c.runs["rl"]), "--control", str(c.runs["control"]))
     t = time.perf_counter()
-    turns = _max_turns(work / RUNS["rl"] / "run.toml")
-    r["max_turns"] = turns
-    extra = [*evals_extra, "--max-turns", str(turns)]
-    r["evals"], r["gains"] = {}, {}
+    r["max_turns"] = _max_turns(c.runs["rl"] / "run.toml")
+    r["evals"], r["gains"] = _evaluate(c, r["max_turns"])
+    minutes["evals"] = (time.perf_counter() - t) / 60
+    minutes["all"] = (time.perf_counter() - t0) / 60
+    r["minutes"] = {k: round(v, 2) for k, v in minutes.items()}
+    r["folder"], r["runs"] = str(c.work), {k: str(v) for k, v in c.runs.items()}
+    if not args.keep:
+        for run in c.runs.values():  # the weights and checkpoints: GBs
+            shutil.rmtree(run / "store.zarr", ignore_errors=True)
+            for step in (run / "checkpoints" / "learner").glob("step-*"):  # not the role state
+                shutil.rmtree(step, ignore_errors=True)
+    lines = _lines(r)
+    (c.work / "learn.json").write_text(json.dumps(r, indent=1) + "\n")
+    (c.work / "learn.txt").write_text("\n".join(lines) + "\n")
+    return r, lines
+
+
+@dataclass
+class _Chain:
+    """What every phase of one benchmark reads: the options, where its files
+    go, and the `sarl` commands' runner."""
+
+    args: Any
+    work: Path
+    runs: dict[str, Path]
+    sh: _Steps
+
+    @classmethod
+    def start(cls, args: Any) -> _Chain:
+        """Refuses a --dir or a run that exists (a run there would be resumed,
+        not measured) before anything is made."""
+        work = Path(args.dir or "bench-learn").resolve()
+        if work.exists():
+            raise SarlError(f"bench learn: {work} exists; give a new --dir")
+        runs = _runs(Path(args.runs).resolve() if args.runs else work / "runs")
+        taken = [str(p) for p in runs.values() if p.exists()]
+        if taken:
+            raise SarlError(f"bench learn: {', '.join(taken)} exist; give another --runs or remove them")
+        work.mkdir(parents=True)
+        return cls(args, work, runs, _Steps(work))
+
+    @property
+    def quick(self) -> bool:
+        return bool(self.args.quick)
+
+    @property
+    def n_tasks(self) -> int:
+        return QUICK_TASKS if self.quick else self.args.tasks
+
+    @property
+    def samples(self) -> int:
+        return 2 if self.quick else self.args.samples
+
+    @property
+    def band_samples(self) -> int:
+        return 2 if self.quick else self.args.band_samples
+
+    @property
+    def evals_extra(self) -> list[str]:
+        return QUICK_EVAL if self.quick else FULL_EVAL
+
+    @property
+    def submit(self) -> list[str]:
+        """What every run's `sarl submit` starts with after its config."""
+        return ["--cluster", "local", "--set", f"run.root={json.dumps(str(self.runs['sft'].parent))}"]
+
+
+def _make_sets(c: _Chain) -> None:
+    """Sets by role: A, U and fresh candidates of every other template."""
+    a, held = c.args, (QUICK_HELD_OUT if c.quick else c.args.held_out)
+    c.sh("tasks", "tasks", "generate", "--family", a.family, "-n", str(c.n_tasks), "--seed", str(a.seed),
+         "-o", "gen.jsonl")  # fmt: skip
+    c.sh("sets", "tasks", "sets", "gen.jsonl", "--held-out", str(held), "--new", str(a.new),
+         "--candidates", str(1 if c.quick else a.candidates), "--seed", str(a.seed))  # fmt: skip
+    c.sh("humaneval", "tasks", "import", "humaneval", "-o", "humaneval.jsonl")
+
+
+def _warm_start(c: _Chain) -> None:
+    """SFT on A's references, exported as the RL runs' starting model."""
+    sft_set = [x for o in (QUICK_SFT if c.quick else []) for x in ("--set", o)]
+    if c.args.model:  # another base model than the built-in one
+        sft_set += ["--set", f"model.path={json.dumps(str(Path(c.args.model).resolve()))}"]
+    sft_set += [x for o in c.args.sft_set for x in ("--set", o)]  # the recipe under measurement
+    c.sh("submit-sft", "submit", str(SFT_CONFIG), *c.submit, *sft_set, "--set", 'learner.loss.tasks_file="gen.A.jsonl"')
+    c.sh("wait-sft", "status", str(c.runs["sft"]), "--wait")
+    c.sh("export", "export", str(c.runs["sft"]), "-o", str(c.runs["sft"] / "model"), "--json")
+
+
+def _choose_b(c: _Chain) -> dict[str, int]:
+    """B by measurement: the warm start's sampled rate on the candidates; the
+    templates inside the band are B, and B' is drawn for them. Returns each
+    set's size."""
+    got = c.sh.eval(str(c.runs["sft"]), "gen.candidates.jsonl", None, c.band_samples, c.evals_extra)
+    low, high = (0.0, 1.0) if c.quick else c.args.band  # a tiny model passes nothing: every template is kept
+    c.sh("band", "tasks", "band", "gen.candidates.jsonl", "--results", got["folder"], "--band", str(low), str(high),
+         "--by", c.args.band_by, "--fresh", str(2 if c.quick else c.args.fresh), "--avoid", "gen.A.jsonl",
+         "gen.U.jsonl", "--seed", str(c.args.seed))  # fmt: skip
+    if c.quick:  # a few tasks of each evaluated set are enough to run the chain
+        for name in SETS.values():
+            lines = (c.work / name).read_text().splitlines()[:QUICK_KEEP]
+            (c.work / name).write_text("\n".join(lines) + "\n")
+    return {name: _count(c.work / f) for name, f in
+            (("A", "gen.A.jsonl"), ("B", "gen.B.jsonl"), ("B_fresh", "gen.B-fresh.jsonl"),
+             ("U", "gen.U.jsonl"), ("humaneval", "humaneval.jsonl"))}  # fmt: skip
+
+
+def _check_leaks(c: _Chain) -> dict[str, Any]:
+    """Both levels: a held-out set that leaks from a training file measures
+    recall, so any leak stops the benchmark."""
+    train = ["gen.A.jsonl", "gen.B.jsonl"]
+    return {
+        "templates": _leaks(c.sh, "templates", [*train, "gen.U.jsonl"]),
+        "instances": {name: _leaks(c.sh, "instances", [*train, f]) for name, f in SETS.items()},
+    }
+
+
+def _reinforce(c: _Chain, name: str) -> None:
+    """RL on B from the warm start ("rl"), or the same run with each step's
+    rewards shuffled among its samples ("control")."""
+    rl_set = [x for o in (QUICK_RL if c.quick else []) for x in ("--set", o)]
+    rl_set += ["--set", f"model.path={json.dumps(str(c.runs['sft'] / 'model'))}",
+               "--set", 'rollout.tasks_file=["gen.B.jsonl"]']  # fmt: skip
+    rl_set += [x for o in c.args.rl_set for x in ("--set", o)]
+    if name == "control":
+        rl_set += ["--set", 'run.name="quickstart-rl-control"', "--set", "learner.shuffle_rewards=true"]
+    c.sh(f"submit-{name}", "submit", str(RL_CONFIG), *c.submit, *rl_set)
+    c.sh(f"wait-{name}", "status", str(c.runs[name]), "--wait")
+
+
+def _evaluate(c: _Chain, turns: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Every stage on every set, with the turns the RL run played (the agent it
+    trained): the cells, and the paired differences between stages."""
+    extra = [*c.evals_extra, "--max-turns", str(turns)]
+    evals: dict[str, Any] = {}
+    gains: dict[str, Any] = {}
     for where, tasks in SETS.items():
-        if where not in args.evaluate_on or (quick and where == "humaneval"):
+        if where not in c.args.evaluate_on or (c.quick and where == "humaneval"):
             continue  # --quick runs the chain; HumanEval is one more set of the same evaluations
-        modes = {"greedy": 1, **({"sampled": samples} if where in args.sampled_on else {})}
+        modes = {"greedy": 1, **({"sampled": c.samples} if where in c.args.sampled_on else {})}
         for mode, n in modes.items():
             folders, cells = {}, {}
             for stage in STAGES:
                 run, version = EVALUATED[stage]
-                e = sh.eval(run, tasks, version, n, extra)
+                e = c.sh.eval(str(c.runs[run]), tasks, version, n, extra)
                 folders[stage] = Path(e["folder"])
                 cells[stage] = {k: e.get(k) for k in (*EVAL_KEYS, f"pass@{n}", f"se@{n}")}
-            r["evals"].setdefault(where, {})[mode] = cells
-            r["gains"].setdefault(where, {})[mode] = {
+            evals.setdefault(where, {})[mode] = cells
+            gains.setdefault(where, {})[mode] = {
                 f"{a}_minus_{b}": _paired_gain(folders[b], folders[a]) for a, b in GAINS
             }
-    minutes["evals"] = (time.perf_counter() - t) / 60
-    minutes["all"] = (time.perf_counter() - t0) / 60
-    r["minutes"] = {k: round(v, 2) for k, v in minutes.items()}
-    r["folder"] = str(work)
-    if not args.keep:
-        for run in RUNS.values():  # the weights and checkpoints: GBs
-            shutil.rmtree(work / run / "store.zarr", ignore_errors=True)
-            for step in (work / run / "checkpoints" / "learner").glob("step-*"):  # not the role state
-                shutil.rmtree(step, ignore_errors=True)
-    return r, _lines(r)
+    return evals, gains
 
 
-RUNS = {"sft": "runs/quickstart-sft", "rl": "runs/quickstart-rl", "control": "runs/quickstart-rl-control"}
+def _runs(root: Path) -> dict[str, Path]:
+    """The three runs' folders: the warm start, RL from it, and the control."""
+    return {"sft": root / "quickstart-sft", "rl": root / "quickstart-rl", "control": root / "quickstart-rl-control"}
+
+
 EVALUATED: dict[str, tuple[str, int | None]] = {
-    "base": (RUNS["sft"], 0),  # the SFT run's version 0: the base model
-    "sft": (RUNS["rl"], 0),  # the RL run's version 0: the exported warm start it began from
-    "rl": (RUNS["rl"], None),  # the newest version
-    "control": (RUNS["control"], None),
+    "base": ("sft", 0),  # the SFT run's version 0: the base model
+    "sft": ("rl", 0),  # the RL run's version 0: the exported warm start it began from
+    "rl": ("rl", None),  # the newest version
+    "control": ("control", None),
 }
 EVAL_KEYS = ("tasks", "pass@1", "se@1", "reward_mean", "reward_se", "crash_share", "turn_2_share", "turn_2_fix_rate")
 
