@@ -37,11 +37,12 @@ for d in runs/quickstart runs/quickstart-sft runs/quickstart-rl runs/quickstart-
     exit 1
   fi
 done
-# The size: 8 candidates of each template sampled 8 times for the band; RL of
-# QS_STEPS steps of 8 groups of 8 (the same for the control); B' sampled 4 times.
-steps=${QS_STEPS:-8}
+# The size, for about an hour on 2 cores: the band from 3 candidates a template
+# sampled 4 times each; B' of 8 fresh instances a B template, sampled twice;
+# RL and the control of QS_STEPS steps of 8 groups of 8 (640 episodes each).
+steps=${QS_STEPS:-10}
 $sarl bench learn --dir runs/quickstart --runs runs --keep \
-  --candidates 3 --band-samples 8 --samples 4 --evaluate-on instances templates \
+  --candidates 3 --band-samples 4 --fresh 8 --samples 2 --evaluate-on instances templates \
   --rl-set learner.steps="$steps" --rl-set rollout.groups=$((steps * 8))
 echo "TensorBoard: .venv/bin/tensorboard --logdir runs  (the three runs' curves side by side)"
 echo "report: runs/quickstart-rl/report/index.html (reward beside the control's); per-task results: runs/quickstart-*/eval/"
