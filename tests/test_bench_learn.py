@@ -75,6 +75,9 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     # B came from the warm start's measured rate on the candidates, B' is of B's templates
     band = next(p for p in (w / "logs").iterdir() if p.name.endswith("-band.txt")).read_text()
     assert "--results" in band and f"{sft}/eval" in band
+    # the band's rate is that of the agent RL trains: its 2 turns (the SFT run's own agent aside)
+    measured = next(p for p in (w / "logs").iterdir() if "-eval-" in p.name and "candidates" in p.name)
+    assert "--max-turns 2" in measured.read_text().splitlines()[0]
     b_templates = {template(t) for t in read_tasks(w / "gen.B.jsonl")}
     assert {template(t) for t in read_tasks(w / "gen.B-fresh.jsonl")} <= b_templates
     assert "shuffle_rewards = true" in (control / "run.toml").read_text()

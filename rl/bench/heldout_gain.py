@@ -221,7 +221,9 @@ def _choose_b(c: _Chain) -> dict[str, int]:
     """B by measurement: the warm start's sampled rate on the candidates; the
     templates inside the band are B, and B' is drawn for them. Returns each
     set's size."""
-    got = c.sh.eval(str(c.runs["sft"]), "gen.candidates.jsonl", None, c.band_samples, c.evals_extra)
+    # the rate of the agent RL will train: its turns, not the SFT run's default
+    extra = [*c.evals_extra, "--max-turns", str(_planned_turns(c))]
+    got = c.sh.eval(str(c.runs["sft"]), "gen.candidates.jsonl", None, c.band_samples, extra)
     low, high = (0.0, 1.0) if c.quick else c.args.band  # a tiny model passes nothing: every template is kept
     c.sh("band", "tasks", "band", "gen.candidates.jsonl", "--results", got["folder"], "--band", str(low), str(high),
          "--by", c.args.band_by, "--fresh", str(2 if c.quick else c.args.fresh), "--avoid", "gen.A.jsonl",
@@ -309,6 +311,18 @@ def _leaks(sh: _Steps, level: str, files: list[str]) -> dict[str, Any]:
         raise SarlError(f"bench learn: {out['leaking_held_tasks']} tasks of {files[-1]} leak ({level}) from "
                         f"{' + '.join(files[:-1])}: see {sh.work / 'logs'}")  # fmt: skip
     return {k: out[k] for k in ("train_tasks", "held_tasks", "leaking_held_tasks")}
+
+
+def _planned_turns(c: _Chain) -> int:
+    """The RL runs' `rollout.agent.max_turns`: the RL config with the
+    overrides the benchmark will give it."""
+    import tomllib
+
+    from rl.config import parse_overrides
+
+    agent = tomllib.loads(RL_CONFIG.read_text())["rollout"]["agent"]
+    over = parse_overrides([*(QUICK_RL if c.quick else []), *c.args.rl_set])
+    return int({**agent, **over.get("rollout", {}).get("agent", {})}["max_turns"])
 
 
 def _max_turns(frozen: Path) -> int:
