@@ -173,6 +173,7 @@ STREAM_1_FILES = {
     "test_environments.py",
     "test_gateway.py",
     "test_generate.py",
+    "test_precision.py",
     "test_run.py",
     "test_scale.py",
     "test_slurm.py",
