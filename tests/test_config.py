@@ -316,3 +316,23 @@ def test_the_readmes_example_config_is_valid(workdir: Path) -> None:
     write_tasks(workdir / "heldout.jsonl", tasks[4:])
     cfg = validate_config(tomllib.loads(body.group(1)), "README.md", cluster="local", base_dir=workdir)
     assert set(cfg.roles()) == {"generator", "rollout", "learner", "eval"}
+
+
+@pytest.mark.parametrize("value", [-1.0, 0.001, 101.0, float("nan"), float("inf")])
+def test_the_one_temperature_rule_refuses_the_same_values_everywhere(value: float) -> None:
+    """The agent's config, an engine request and the OpenAI endpoint take a
+    temperature by one type (rl.engine.config.Temperature); each refuses what
+    the engines cannot take, naming the field, and takes 0 and 0.01."""
+    from pydantic import ValidationError
+
+    from rl.agent.config import AgentConfig
+    from rl.engine.config import SamplingParams
+    from rl.gateway.api import _Sampling
+
+    for make in (AgentConfig, SamplingParams, lambda **kw: _Sampling(model="m", **kw)):
+        with pytest.raises(ValidationError, match="temperature"):
+            make(temperature=value)
+        for fine in (0.0, 0.01, 1.5):
+            assert make(temperature=fine).temperature == fine
+        with pytest.raises(ValidationError, match="top_p"):
+            make(top_p=1e-9)

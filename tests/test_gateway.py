@@ -132,6 +132,8 @@ def test_n_seed_stop_and_the_completions_route(live: Live) -> None:
         ({"n": 10_000}, 400, "n", None),
         ({"max_tokens": 0}, 400, "max_tokens", None),
         ({"temperature": -1}, 400, "temperature", None),
+        ({"temperature": 0.001}, 400, "temperature", None),
+        ({"top_p": 1e-9}, 400, "top_p", None),
         ({"messages": [{"role": "user", "content": "x"}] * 65}, 400, "messages", None),
         ({"messages": []}, 400, "messages", None),
         ({"messages": [{"role": "wizard", "content": "x"}]}, 400, "messages.0.role", None),

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import Field, field_validator
 
-from rl.engine.config import MAX_TEMPERATURE, MIN_TEMPERATURE, MIN_TOP_P
+from rl.engine.config import Temperature, TopP
 from rl.schema import Section
 
 BUILTIN_ENVIRONMENTS = {
@@ -133,9 +133,9 @@ class AgentConfig(Section):
     """Replies the policy may give; 1 is plain single-turn RL."""
     max_tokens: int = Field(384, ge=8)
     """Tokens the policy may sample per reply."""
-    temperature: float = Field(0.8, ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    temperature: Temperature = 0.8
     """Sampling temperature of each reply: 0 (greedy), or between 0.01 and 100."""
-    top_p: float = Field(1.0, ge=MIN_TOP_P, le=1.0, allow_inf_nan=False)
+    top_p: TopP = 1.0
     """Nucleus sampling mass, between 1e-6 and 1."""
     observation_tokens: int = Field(256, ge=16)
     """Tokens an observation may take at most; longer output is cut in the middle."""
@@ -161,11 +161,4 @@ class AgentConfig(Section):
     def _environment(cls, v: str) -> str:
         if v:
             load_environment(v)  # imported and its signatures checked now, before anything is submitted
-        return v
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature(cls, v: float) -> float:
-        if 0.0 < v < MIN_TEMPERATURE:
-            raise ValueError(f"{v!r} is neither 0 (greedy) nor between {MIN_TEMPERATURE} and {MAX_TEMPERATURE}")
         return v

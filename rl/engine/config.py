@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import AfterValidator, Field, StringConstraints, field_validator
 
 from rl.schema import TAG, Section, default_tag
 
@@ -66,14 +66,31 @@ MIN_TOP_P = 1e-6
 """Nucleus mass at least this: a denormal top_p rounds to 0 in float32."""
 
 
+def _temperature(v: float) -> float:
+    if 0.0 < v < MIN_TEMPERATURE:
+        raise ValueError(
+            f"{v!r} is neither 0 (greedy) nor between {MIN_TEMPERATURE} and {MAX_TEMPERATURE}: "
+            "smaller temperatures overflow the scaled logits"
+        )
+    return v
+
+
+Temperature = Annotated[float, Field(ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False), AfterValidator(_temperature)]
+"""A sampling temperature, wherever one is given (a request to an engine, the
+agent's config, the OpenAI endpoint): 0 (greedy), or between 0.01 and 100."""
+
+TopP = Annotated[float, Field(ge=MIN_TOP_P, le=1.0, allow_inf_nan=False)]
+"""Nucleus sampling mass, wherever one is given: between 1e-6 and 1."""
+
+
 class SamplingParams(Section):
     """How to sample one request's completions. Every field is checked
     against what the engines can take, so that a request they would fail on
     is refused (400, naming the field), never an engine error (500)."""
 
-    temperature: float = Field(1.0, ge=0.0, le=MAX_TEMPERATURE, allow_inf_nan=False)
+    temperature: Temperature = 1.0
     """0: greedy; else between 0.01 and 100."""
-    top_p: float = Field(1.0, ge=MIN_TOP_P, le=1.0, allow_inf_nan=False)
+    top_p: TopP = 1.0
     """Nucleus sampling mass, between 1e-6 and 1."""
     max_tokens: int = Field(256, ge=1)
     """Tokens to sample at most per completion (with the prompt, within the engine's max_model_len)."""
@@ -92,16 +109,6 @@ class SamplingParams(Section):
     """Seed of this request's sampling; the same seed, prompt and weights give the same tokens."""
     n: int = Field(1, ge=1, le=64)
     """Completions per prompt."""
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature(cls, v: float) -> float:
-        if 0.0 < v < MIN_TEMPERATURE:
-            raise ValueError(
-                f"{v!r} is neither 0 (greedy) nor between {MIN_TEMPERATURE} and {MAX_TEMPERATURE}: "
-                "smaller temperatures overflow the scaled logits"
-            )
-        return v
 
     @field_validator("stop")
     @classmethod

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from rl.engine.config import MAX_STOP_CHARS
+from rl.engine.config import MAX_STOP_CHARS, Temperature, TopP
 
 
 class ApiError(Exception):
@@ -123,8 +123,8 @@ Stop = str | Annotated[list[Annotated[str, Field(min_length=1)]], Field(max_leng
 class _Sampling(_Strict):
     model: str
     n: int = Field(1, ge=1)
-    temperature: float = Field(1.0, ge=0.0, le=2.0, allow_inf_nan=False)
-    top_p: float = Field(1.0, gt=0.0, le=1.0, allow_inf_nan=False)
+    temperature: Annotated[Temperature, Field(le=2.0)] = 1.0  # the engines' rule, within the OpenAI API's range
+    top_p: TopP = 1.0
     stop: Stop = None
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stream: bool = False
@@ -133,13 +133,6 @@ class _Sampling(_Strict):
     frequency_penalty: float = 0.0
     logit_bias: dict[str, float] | None = None
     user: str | None = None
-
-    @field_validator("temperature")
-    @classmethod
-    def _temperature(cls, v: float) -> float:
-        if 0.0 < v < 0.01:
-            raise ValueError("is neither 0 (greedy) nor at least 0.01")
-        return v
 
     @field_validator("presence_penalty", "frequency_penalty")
     @classmethod
