@@ -20,7 +20,7 @@ from conftest import REPO
 from rl.config import ROLES
 
 LAYERS: list[tuple[str, list[str]]] = [
-    ("foundations", ["rl", "rl.errors", "rl.fsio", "rl.schema", "rl.layout"]),
+    ("foundations", ["rl", "rl.errors", "rl.fsio", "rl.schema", "rl.layout", "rl.curves"]),
     ("config sections: every */config.py but rl/config.py", ["*.config"]),
     ("components", ["rl.store", "sandboxes", "rl.model", "rl.tasks"]),
     ("engines, checks and the agent", ["rl.engine", "rl.verify", "rl.agent"]),

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from rl.context import RunContext
+from rl.curves import Writer
 from rl.eval.config import EvalRole
 
 log = logging.getLogger("sarl.eval")
@@ -75,17 +76,9 @@ def due_versions(present: list[int], evaluated: set[int], every: int, learner_do
 
 class _Curves:
     def __init__(self, ctx: RunContext):
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            log.warning("tensorboard is not installed: no evaluation curves")
-            self.tb: Any = None
-        else:
-            self.tb = SummaryWriter(str(ctx.layout.tb("eval")))
+        self.tb = Writer(ctx.layout.tb("eval"), "the evaluator")
 
     def draw(self, v: int, s: dict[str, Any], ks: list[int]) -> None:
-        if self.tb is None:
-            return
         for k in ks:
             self.tb.add_scalar(f"eval/pass@{k}", s[f"pass@{k}"], v)
             self.tb.add_scalar(f"eval/se@{k}", s[f"se@{k}"], v)
@@ -95,5 +88,4 @@ class _Curves:
         self.tb.flush()
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+        self.tb.close()

@@ -11,31 +11,24 @@ requests.
 
 from __future__ import annotations
 
-import logging
 import time
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("sarl.generator")
+from rl.curves import Writer
 
 
 class Curves:
     def __init__(self, folder: Path, run_started: float):
         self.run_started = run_started
         self.last = (time.monotonic(), 0, 0.0, 0.0)  # what the next poll measures from
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            log.warning("tensorboard is not installed: no curves for this generator")
-            self.tb: Any = None
-        else:
-            self.tb = SummaryWriter(str(folder))
+        self.tb = Writer(folder, "this generator")
 
     def _step(self) -> int:
         return int(time.time() - self.run_started)
 
     def poll(self, health: dict[str, Any], version: int) -> None:
-        if self.tb is None:
+        if not self.tb.enabled:
             return
         tb, step, now = self.tb, self._step(), time.monotonic()
         since, tokens0, busy0, swap0 = self.last
@@ -54,9 +47,7 @@ class Curves:
         self.last = (now, health["tokens"], health["generate_s"], health["swap_s"])
 
     def swapped(self, held_s: float) -> None:
-        if self.tb is not None:
-            self.tb.add_scalar("generator/swap_held_s", held_s, self._step())
+        self.tb.add_scalar("generator/swap_held_s", held_s, self._step())
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+        self.tb.close()

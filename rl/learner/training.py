@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from rl.context import RunContext
+from rl.curves import Writer
 from rl.fsio import CorruptFile, read_json
 from rl.learner import dist
 from rl.learner.checkpoints import LearnerCheckpoints
@@ -78,7 +79,7 @@ class Training:
         """Checkpoints that could not be loaded: folder name -> why."""
         self.pace_s: float | None = None
         """Seconds per step (its wall time, smoothed), since this process started."""
-        self.tb: Any = None
+        self.tb: Writer | None = None  # rank 0's alone
         self.rendezvous = Path(ctx.run_dir) / "checkpoints" / "learner" / "rendezvous"
         """Where the ranks meet (rl.learner.dist)."""
         self._kept_alive = time.monotonic()
@@ -414,12 +415,7 @@ class Training:
         if dist.world() == 1:
             self.save_checkpoint()
 
-    def _tb(self) -> Any:
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-        except ImportError:
-            log.warning("tensorboard is not installed: no learner curves")
-            return None
+    def _tb(self) -> Writer:
         # resumed at step N, the steps after N that a killed predecessor drew are
         # redone: purge_step makes TensorBoard drop its points from N + 1 on
-        return SummaryWriter(str(self.run_dir / "tb" / "learner"), purge_step=self.step + 1)
+        return Writer(self.run_dir / "tb" / "learner", "the learner", purge_step=self.step + 1)

@@ -7,17 +7,15 @@ restart.
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rl.agent.tools import INVALID_CALLS, TOOL_FAILURES, tool_validity
+from rl.curves import Writer
 from rl.rollout.samples import agent_shares, failure_of
 from rl.store import Sample
-
-log = logging.getLogger("sarl.rollout")
 
 
 class Curves:
@@ -25,13 +23,7 @@ class Curves:
         self.group_size = group_size
         self.harness = harness
         """Episodes are agent programs' sessions with the endpoint (rl.rollout.harness)."""
-        self.tb: Any = None
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tb = SummaryWriter(str(folder))
-        except ImportError:
-            log.warning("tensorboard is not installed: no curves for this worker")
+        self.tb = Writer(folder, "this rollout worker")
 
     def batch(
         self,
@@ -43,7 +35,7 @@ class Curves:
         wall_s: float,
         latest_version: int,
     ) -> None:
-        if self.tb is None:
+        if not self.tb.enabled:
             return
         tb, step = self.tb, groups_committed * self.group_size
         episodes = [e for r in results for e in r.episodes]
@@ -98,7 +90,7 @@ class Curves:
         started: sandboxes found dead or hung in a warm pool and replaced
         (the episodes' pool, the verifier's), and verifications run again
         because their sandbox died before they began."""
-        if self.tb is None:
+        if not self.tb.enabled:
             return
         step = groups_committed * self.group_size
         self.tb.add_scalar("rollout/sandboxes/replaced", replaced, step)
@@ -107,5 +99,4 @@ class Curves:
         self.tb.flush()
 
     def close(self) -> None:
-        if self.tb is not None:
-            self.tb.close()
+        self.tb.close()
