@@ -21,12 +21,13 @@ def add_commands(sub: Any) -> None:
 def inspect(args: argparse.Namespace) -> int:
     from jobs.output import emit_json
     from rl.errors import ConfigError
+    from rl.layout import RunLayout
     from rl.learner.checkpoints import LearnerCheckpoints
     from rl.store.inspect import inspect as inspect_store
     from rl.store.inspect import render
     from rl.store.zgroup import Damage
 
-    store = args.run_dir / "store.zarr"
+    store = RunLayout(args.run_dir).store_path
     if not store.is_dir():
         raise ConfigError(f"{args.run_dir}: no store.zarr (not a run directory?)")
     checkpoints = LearnerCheckpoints(args.run_dir)

@@ -42,11 +42,35 @@ class RunLayout:
     def store_path(self) -> Path:
         return self.path / "store.zarr"
 
+    @property
+    def created_at_path(self) -> Path:
+        return self.path / "created_at"
+
+    @property
+    def secret_path(self) -> Path:
+        """The run's shared secret, mode 0600. Every request to a generator
+        carries it (`Authorization: Bearer ...`); a generator answers 401
+        without it. Whoever can read the run directory's secret can use the
+        run's generators: on a shared filesystem, keep the run directory your own."""
+        return self.path / "secret"
+
+    @property
+    def endpoints_path(self) -> Path:
+        """Where generators announce themselves (one record each)."""
+        return self.path / "endpoints"
+
     def logs(self, role: str) -> Path:
         return self.path / "logs" / role
 
+    def checkpoints(self, role: str) -> Path:
+        """`role`'s checkpoints (`step-*`) and its tasks' states."""
+        return self.path / "checkpoints" / role
+
+    def submissions_path(self, role: str) -> Path:
+        return self.path / "submissions" / role
+
     def state_path(self, role: str, task: int) -> Path:
-        return self.path / "checkpoints" / role / f"task-{task:06d}.json"
+        return self.checkpoints(role) / f"task-{task:06d}.json"
 
     def heartbeat_path(self, role: str, task: int) -> Path:
         return self.path / "heartbeats" / role / f"task-{task:06d}.json"
@@ -55,9 +79,14 @@ class RunLayout:
         """Recovery's records of `role`: deaths per task, hand-overs."""
         return self.path / "recovery" / role
 
+    @property
+    def curves_path(self) -> Path:
+        """The run's TensorBoard folders, one per role task."""
+        return self.path / "tb"
+
     def tb(self, folder: str) -> Path:
         """A TensorBoard folder of the run (`learner`, `rollout-000003`, ...)."""
-        return self.path / "tb" / folder
+        return self.curves_path / folder
 
     @property
     def started_at(self) -> float:
@@ -65,7 +94,7 @@ class RunLayout:
         origin of the curves whose step is a time, so that a restarted task
         goes on from where its predecessor stopped."""
         try:
-            return float((self.path / "created_at").read_text())
+            return float(self.created_at_path.read_text())
         except (OSError, ValueError):  # a run directory from before the file existed
             return self.config_path.stat().st_mtime
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 import subprocess
 import sys
 from collections import defaultdict
@@ -217,6 +218,7 @@ def test_the_store_imports_neither_the_config_nor_pydantic(tmp_path: Path) -> No
     assert set(loaded) <= {
         "rl.errors",
         "rl.fsio",
+        "rl.layout",
         "rl.store",
         "rl.store.weights",
         "rl.store.rollouts",
@@ -235,3 +237,29 @@ def test_the_layer_check_sees_an_upward_import(tmp_path: Path) -> None:
     for m in GRAPH:
         sizes[_layer(m)[0]] += 1
     assert all(sizes[i] for i in range(len(LAYERS))), sizes  # every layer holds modules
+
+
+RUN_DIR_NAMES = (  # rl.layout.SUBDIRS and its files
+    "store.zarr",
+    "checkpoints",
+    "heartbeats",
+    "submissions",
+    "endpoints",
+    "tb",
+    "secret",
+    "created_at",
+)
+
+
+def test_every_run_directory_path_is_built_by_the_layout() -> None:
+    """A run directory's parts are named in rl/layout.py alone: a literal join
+    elsewhere (`run / "tb"`) would go on working after the layout changed."""
+    join = re.compile(r'/\s*"(' + "|".join(re.escape(n) for n in RUN_DIR_NAMES) + r')"')
+    found = [
+        f"{p.relative_to(REPO)}:{i}: {line.strip()}"
+        for p in sorted([*(REPO / "rl").rglob("*.py"), *(REPO / "jobs").rglob("*.py")])
+        if p != REPO / "rl" / "layout.py"
+        for i, line in enumerate(p.read_text().splitlines(), 1)
+        if join.search(line)
+    ]
+    assert not found, "\n".join(found)

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rl.layout import RunLayout
+
 QUESTIONS = [
     "Write a Python function that reverses a string.",
     "Explain what a hash map is.",
@@ -117,7 +119,7 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
 
     with tempfile.TemporaryDirectory(prefix="sarl-bench-generate-", dir=args.dir) as tmp:
         weights = load_file(str(ckpt / "model.safetensors"))
-        store = Path(tmp) / "store.zarr"
+        store = RunLayout(tmp).store_path  # a run directory of its own
         ws = WeightStore(store)
         ws.publish(weights, version=1, dtype=args.dtype)
         ws.publish({k: v * 1.01 for k, v in weights.items()}, version=2, dtype=args.dtype)

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.errors import SarlError
+from rl.layout import RunLayout
 
 REPO = Path(__file__).resolve().parents[2]
 SFT_CONFIG = REPO / "examples" / "quickstart-sft.toml"
@@ -129,7 +130,7 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     # the RL run's curves with the control's reward beside it: RUN/report/ (control.png, learning.png, ...)
     c.sh("report", "report", str(c.runs["rl"]), "--control", str(c.runs["control"]))
     t = time.perf_counter()
-    r["max_turns"] = _max_turns(c.runs["rl"] / "run.toml")
+    r["max_turns"] = _max_turns(RunLayout(c.runs["rl"]).config_path)
     r["evals"], r["gains"] = _evaluate(c, r["max_turns"])
     minutes["evals"] = (time.perf_counter() - t) / 60
     minutes["all"] = (time.perf_counter() - t0) / 60
@@ -137,8 +138,8 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     r["folder"], r["runs"] = str(c.work), {k: str(v) for k, v in c.runs.items()}
     if not args.keep:
         for run in c.runs.values():  # the weights and checkpoints: GBs
-            shutil.rmtree(run / "store.zarr", ignore_errors=True)
-            for step in (run / "checkpoints" / "learner").glob("step-*"):  # not the role state
+            shutil.rmtree(RunLayout(run).store_path, ignore_errors=True)
+            for step in RunLayout(run).checkpoints("learner").glob("step-*"):  # not the role state
                 shutil.rmtree(step, ignore_errors=True)
     lines = _lines(r)
     (c.work / "learn.json").write_text(json.dumps(r, indent=1) + "\n")

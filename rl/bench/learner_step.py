@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rl.layout import RunLayout
+
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0}
 """Dense bf16 peak of a device, by a part of its name."""
 
@@ -171,7 +173,7 @@ def _side_publish(model: str, samples: list[Any], spec: dict[str, Any]) -> dict[
     out: dict[str, Any] = {"engine": f"{spec['engine']} {engine_dtype('auto')}"}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            store = WeightStore(Path(tmp) / "store.zarr")
+            store = WeightStore(RunLayout(tmp).store_path)
             version = 0
             for kind in ("full", "lora"):
                 trainer = Trainer(model, _role(len(samples), spec["max_len"], "auto", kind == "lora"))

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.config import validate_config
+from rl.layout import RunLayout
 
 ENVS = {"function": (2, 2048), "workspace": (4, 4096)}
 """Turns per episode and model length of each environment measured."""
@@ -71,7 +72,7 @@ def _measure(engine: Any, cfg: Any, c: int) -> dict[str, Any]:
     from rl.run.role import context_of
 
     run_dir = cfg.run_dir
-    (run_dir / "endpoints").mkdir(parents=True)
+    RunLayout(run_dir).endpoints_path.mkdir(parents=True)
     worker = Worker(context_of(cfg, run_dir), cfg.rollout)
     with serving(engine, run_dir) as server:
         busy0 = server.health()["generate_s"]

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.errors import SarlError
+from rl.layout import RunLayout
 
 
 @dataclass(frozen=True)
@@ -159,7 +160,7 @@ def _figures(run: Path) -> dict[str, float]:
     """Steady-state figures of a finished run, from its TensorBoard events."""
     from rl.run.report import read_curves
 
-    curves = read_curves(run / "tb")
+    curves = read_curves(RunLayout(run).curves_path)
     learner = curves.get("learner", {})
     steps = sorted(learner.get("learner/samples", []), key=lambda p: p[1])
     if len(steps) < 2:
@@ -193,7 +194,7 @@ def _figures(run: Path) -> dict[str, float]:
 def _wait_done(run: Path, steps: int, what: str, bar: Any, timeout_s: float) -> None:
     """Until the learner of `run` is done."""
     deadline = time.time() + timeout_s
-    state = run / "checkpoints" / "learner" / "task-000000.json"
+    state = RunLayout(run).state_path("learner", 0)
     shown = 0
     while time.time() < deadline:
         got = json.loads(state.read_text()) if state.exists() else {}

@@ -128,7 +128,7 @@ def check(run_dir: Path) -> Verdict:
             if st.get("version") != latest:
                 v.problems.append(f"generator task {t} ended on version {st.get('version')}, the newest is {latest}")
 
-    v.problems += tensorboard_backwards(rd.path / "tb")
+    v.problems += tensorboard_backwards(rd.curves_path)
     return v
 
 

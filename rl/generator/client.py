@@ -39,7 +39,8 @@ from typing import Any
 from rl.engine import BadRequest, Completion
 from rl.engine.config import SamplingParams
 from rl.errors import SarlError
-from rl.generator.endpoint import ENDPOINTS, Endpoint, read_endpoint, read_endpoints, run_secret
+from rl.generator.endpoint import Endpoint, read_endpoint, read_endpoints, run_secret
+from rl.layout import RunLayout
 
 
 class NoGenerator(SarlError, RuntimeError):
@@ -110,7 +111,7 @@ class GeneratorClient:
         """Sample completions for `prompts` on some live generator."""
         params = sampling if isinstance(sampling, SamplingParams) else SamplingParams.model_validate(sampling)
         body = json.dumps({"prompts": prompts, "sampling": params.model_dump(mode="json")}).encode()
-        last = "no generator has announced itself in " + str(self.run_dir / ENDPOINTS)
+        last = "no generator has announced itself in " + str(RunLayout(self.run_dir).endpoints_path)
         backoff = 0.2
         waited_since = time.monotonic()
         with self.slots:

@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from rl.fsio import CorruptFile, read_json, write_json
+from rl.layout import RunLayout
 
 log = logging.getLogger("sarl.generator")
-
-ENDPOINTS = "endpoints"
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class Endpoint:
 
 
 def endpoint_path(run_dir: str | os.PathLike[str], task: int) -> Path:
-    return Path(run_dir) / ENDPOINTS / f"generator-{task:06d}.json"
+    return RunLayout(run_dir).endpoints_path / f"generator-{task:06d}.json"
 
 
 def announce(run_dir: str | os.PathLike[str], endpoint: Endpoint) -> None:
@@ -123,7 +122,7 @@ class Announcer(threading.Thread):
 
 def read_endpoints(run_dir: str | os.PathLike[str], stale_s: float, now: float) -> list[Endpoint]:
     """Generators whose announcement is at most `stale_s` old at `now`."""
-    folder = Path(run_dir) / ENDPOINTS
+    folder = RunLayout(run_dir).endpoints_path
     out = []
     for f in sorted(folder.glob("generator-*.json")) if folder.is_dir() else []:
         try:
@@ -135,20 +134,13 @@ def read_endpoints(run_dir: str | os.PathLike[str], stale_s: float, now: float) 
     return out
 
 
-SECRET = "secret"
-"""`RUN_DIR/secret`: the run's shared secret, mode 0600. Every request to a
-generator carries it (`Authorization: Bearer ...`); a generator answers 401
-without it. Whoever can read the run directory's secret can use the run's
-generators: on a shared filesystem, keep the run directory your own."""
-
-
 def run_secret(run_dir: str | os.PathLike[str]) -> str:
     """The run's secret, created (readable by its owner only) if it is missing.
     Concurrent callers all get the same one: it is written whole under a
     temporary name and linked into place, so nobody reads half of it."""
     import secrets
 
-    path = Path(run_dir) / SECRET
+    path = RunLayout(run_dir).secret_path
     for _ in range(2):
         try:
             token = path.read_text().strip()
@@ -156,7 +148,7 @@ def run_secret(run_dir: str | os.PathLike[str]) -> str:
             token = ""
         if token:
             return token
-        tmp = path.with_name(f".{SECRET}.tmp-{secrets.token_hex(6)}")
+        tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(6)}")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, (secrets.token_hex(32) + "\n").encode())

@@ -34,6 +34,7 @@ from typing import Any
 import xxhash
 
 from rl.fsio import CorruptFile, atomic_write, commit_dir, read_json, sweep_temporaries, write_json
+from rl.layout import RunLayout
 from rl.store.rollouts import Cursor
 from rl.store.zgroup import StoreError
 
@@ -48,7 +49,7 @@ class Checkpoint:
 
 class LearnerCheckpoints:
     def __init__(self, run_dir: str | os.PathLike[str], role: str = "learner"):
-        self.folder = Path(run_dir) / "checkpoints" / role
+        self.folder = RunLayout(run_dir).checkpoints(role)
         self.skipped: list[tuple[str, str]] = []
         """Checkpoints the last `latest()` passed over: (path, reason)."""
 

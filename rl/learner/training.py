@@ -80,7 +80,7 @@ class Training:
         self.pace_s: float | None = None
         """Seconds per step (its wall time, smoothed), since this process started."""
         self.tb: Writer | None = None  # rank 0's alone
-        self.rendezvous = Path(ctx.run_dir) / "checkpoints" / "learner" / "rendezvous"
+        self.rendezvous = ctx.layout.checkpoints("learner") / "rendezvous"
         """Where the ranks meet (rl.learner.dist)."""
         self._kept_alive = time.monotonic()
         self._start_weights: dict[str, Any] | None = None
@@ -418,4 +418,4 @@ class Training:
     def _tb(self) -> Writer:
         # resumed at step N, the steps after N that a killed predecessor drew are
         # redone: purge_step makes TensorBoard drop its points from N + 1 on
-        return Writer(self.run_dir / "tb" / "learner", "the learner", purge_step=self.step + 1)
+        return Writer(self.ctx.layout.tb("learner"), "the learner", purge_step=self.step + 1)

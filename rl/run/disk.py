@@ -12,6 +12,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from rl.layout import RunLayout
+
 PARTS = {
     "weights": ("store.zarr", "weights"),
     "rollouts": ("store.zarr", "rollouts"),
@@ -52,7 +54,7 @@ def disk_use(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     out["total"] = sum(out.values()) + _du(root, seen)  # what is left is counted last: the rest
     out["other"] = out["total"] - sum(out[n] for n in PARTS)
     out["free"] = shutil.disk_usage(root).free
-    newest = max((root / "checkpoints" / "learner").glob("step-*"), default=None)
+    newest = max(RunLayout(root).checkpoints("learner").glob("step-*"), default=None)
     need = _du(newest, set()) if newest is not None else 0
     out["next_checkpoint"] = need
     out["warning"] = (

@@ -33,7 +33,7 @@ def overview(rd: RunDir, cfg: Any) -> dict[str, Any]:
     try:
         from rl.store.weights import WeightStore
 
-        published = WeightStore(rd.path / "store.zarr").latest() if (rd.path / "store.zarr").is_dir() else None
+        published = WeightStore(rd.store_path).latest() if rd.store_path.is_dir() else None
     except Exception:  # a damaged store is reported by the store section of status
         published = None
     if cfg.learner is not None:

@@ -277,12 +277,12 @@ def write_report(run_dir: Path, out_dir: Path | None = None, control_dir: Path |
     rd = RunDir(run_dir)
     folder = out_dir or rd.path / "report"
     folder.mkdir(parents=True, exist_ok=True)
-    curves = read_curves(rd.path / "tb")
+    curves = read_curves(rd.curves_path)
     status = run_status(rd, store=False)
     lines = glance(status, curves)
     control = None
     if control_dir is not None:
-        control = read_curves(RunDir(control_dir).path / "tb")
+        control = read_curves(RunDir(control_dir).curves_path)
         lines += against_control(curves, control)
     images = plots(curves, control)
     for name, data in images.items():

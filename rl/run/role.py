@@ -33,7 +33,6 @@ import socket
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import submitit
@@ -294,7 +293,7 @@ class Role(submitit.helpers.Checkpointable):
         if not isinstance(cfg.executor, LocalExecutor) or limit is None or self.rank != 0:
             yield
             return
-        folder = Path(self.run_dir) / "logs" / self.name / "slots"
+        folder = RunLayout(self.run_dir).logs(self.name) / "slots"
         folder.mkdir(parents=True, exist_ok=True)
         while True:
             for k in range(limit):

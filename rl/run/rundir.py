@@ -46,8 +46,8 @@ class RunDir(RunLayout):
         def build(tmp: Path) -> None:
             for sub in SUBDIRS:
                 (tmp / sub).mkdir()
-            (tmp / "run.toml").write_text(dump_toml(cfg))
-            (tmp / "created_at").write_text(f"{time.time():.3f}\n")
+            RunLayout(tmp).config_path.write_text(dump_toml(cfg))
+            RunLayout(tmp).created_at_path.write_text(f"{time.time():.3f}\n")
 
         if not commit_dir(self.path, build):
             raise FileExistsError(f"{self.path}: exists")  # another submit created it first
@@ -99,7 +99,7 @@ class RunDir(RunLayout):
 
     def submissions(self, role: str) -> list[dict[str, Any]]:
         """Submission records of a role, oldest first."""
-        folder = self.path / "submissions" / role
+        folder = self.submissions_path(role)
         if not folder.is_dir():
             return []
         out = []
@@ -112,7 +112,7 @@ class RunDir(RunLayout):
 
     def add_submission(self, role: str, record: dict[str, Any]) -> Path:
         n = len(self.submissions(role))
-        path = self.path / "submissions" / role / f"{n:04d}.json"
+        path = self.submissions_path(role) / f"{n:04d}.json"
         write_json(path, record)
         return path
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.errors import ConfigError
+from rl.layout import RunLayout
 
 
 @dataclass
@@ -51,7 +52,7 @@ def serving(
     from rl.generator.service import GeneratorServer
     from rl.model import ModelConfig, checkpoint, load_tokenizer
 
-    run = (path / "run.toml").is_file()
+    run = RunLayout(path).exists()
     if not run and not (path / "config.json").is_file():
         raise ConfigError(f"{path}: neither a run directory (run.toml) nor a checkpoint folder (config.json)")
     if not run and version is not None:

@@ -159,7 +159,7 @@ def store_damage(rd: RunDir) -> list[dict[str, str]]:
     """Damaged entries of the run's store that the roles skip: batches,
     unreadable pins, and the newest weight version if it cannot be read
     (`sarl store inspect` lists every kind)."""
-    store = rd.path / "store.zarr"
+    store = rd.store_path
     if not store.is_dir():
         return []
     from rl.store import Damage, Store, StoreError

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from rl.layout import RunLayout
 from rl.store.given_up import GivenUp
 from rl.store.rollouts import BadRollout, Cursor, RolloutBatch, RolloutReader, RolloutWriter, Sample
 from rl.store.weights import Published, UnknownVersion, WeightStore
@@ -46,7 +47,7 @@ class Store:
 
     @classmethod
     def of_run(cls, run_dir: str | os.PathLike[str]) -> Store:
-        return cls(Path(run_dir) / "store.zarr")
+        return cls(RunLayout(run_dir).store_path)
 
     def writer(self, writer_id: str) -> RolloutWriter:
         return RolloutWriter(self.path, writer_id)
