@@ -268,7 +268,7 @@ def test_a_drifted_rendering_starts_a_sample_of_its_own_with_the_sampled_ids(tin
     does not extend what was sampled. The sampled ids stay as sampled, in a
     sample of their own, and the drift is counted; a call that extends its
     predecessor joins its sample."""
-    from rl.gateway.capture import Call, assemble
+    from rl.gateway.capture import CapturedCall, assemble
     from rl.model import load_tokenizer
 
     tok = load_tokenizer(tiny_model)
@@ -277,9 +277,9 @@ def test_a_drifted_rendering_starts_a_sample_of_its_own_with_the_sampled_ids(tin
     assert pieces != whole and tok.decode(pieces) == tok.decode(whole)
     p1 = [1, 2, 3]
     calls = [
-        Call(p1, pieces, [-0.1, -0.2], 4, 1.0, "stop"),
-        Call(p1 + whole + [5, 6], [7], [-0.3], 5, 1.0, "stop", continues=True),  # drifted
-        Call(p1 + whole + [5, 6, 7, 8], [9], [-0.4], 5, 1.0, "stop", continues=True),  # extends the second
+        CapturedCall(p1, pieces, [-0.1, -0.2], 4, 1.0, "stop"),
+        CapturedCall(p1 + whole + [5, 6], [7], [-0.3], 5, 1.0, "stop", continues=True),  # drifted
+        CapturedCall(p1 + whole + [5, 6, 7, 8], [9], [-0.4], 5, 1.0, "stop", continues=True),  # extends the second
     ]
     got = assemble(calls)
     assert got.mismatches == 1 and len(got.samples) == 2

@@ -263,3 +263,15 @@ def test_every_run_directory_path_is_built_by_the_layout() -> None:
         if join.search(line)
     ]
     assert not found, "\n".join(found)
+
+
+def test_every_class_name_is_defined_once() -> None:
+    """Two classes of one name (a `Call` of the tools and one of the endpoint)
+    leave a reader to find out which one a module means."""
+    where: dict[str, list[str]] = defaultdict(list)
+    for root in ("rl", "jobs", "sandboxes"):
+        for p in sorted((REPO / root).rglob("*.py")):
+            for node in ast.walk(ast.parse(p.read_text())):
+                if isinstance(node, ast.ClassDef):
+                    where[node.name].append(f"{p.relative_to(REPO)}:{node.lineno}")
+    assert not {name: at for name, at in where.items() if len(at) > 1}

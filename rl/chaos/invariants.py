@@ -27,7 +27,7 @@ from rl.run.rundir import RunDir
 
 
 @dataclass
-class Verdict:
+class Ledger:
     batches_committed: int = 0
     batches_lost: int = 0
     """Committed, neither consumed nor quarantined."""
@@ -57,13 +57,13 @@ class Verdict:
         return self.batches_duplicated + self.episodes_duplicated
 
 
-def check(run_dir: Path) -> Verdict:
+def check(run_dir: Path) -> Ledger:
     from rl.learner.checkpoints import LearnerCheckpoints
     from rl.store import Store
 
     rd = RunDir(run_dir)
     cfg = rd.config()
-    v = Verdict()
+    v = Ledger()
     store = Store.of_run(run_dir)
     reader = store.reader()
     committed = reader.committed()

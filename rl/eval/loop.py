@@ -40,7 +40,7 @@ def run(ctx: RunContext, cfg: EvalRole) -> dict[str, Any]:
     plan = Plan(list(read_tasks(cfg.tasks_file)), str(cfg.tasks_file), cfg.agent, cfg.n, cfg.k, cfg.concurrency)
     evaluated: dict[int, dict[str, Any]] = {int(v): s for v, s in ctx.state.get("evaluated", {}).items()}
     weights = Store.of_run(ctx.run_dir).weights
-    curves = _Curves(ctx)
+    curves = EvalCurves(ctx)
     with OwnEngine(ctx, cfg.engine) as own:
         while not ctx.stopping.is_set():
             learner_done = "learner" not in ctx.roles or ctx.done("learner")
@@ -74,7 +74,7 @@ def due_versions(present: list[int], evaluated: set[int], every: int, learner_do
     return sorted(v for v in wanted if v not in evaluated and (v == 0 or v in present))
 
 
-class _Curves:
+class EvalCurves:
     def __init__(self, ctx: RunContext):
         self.tb = Writer(ctx.layout.tb("eval"), "the evaluator")
 

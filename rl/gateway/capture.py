@@ -32,7 +32,7 @@ from rl.agent.tokens import Trajectory
 
 
 @dataclass
-class Call:
+class CapturedCall:
     """One completion of one request of a session, as the engine saw it."""
 
     prompt_ids: list[int]
@@ -61,7 +61,7 @@ class Assembled:
     calls: int
 
 
-def assemble(calls: list[Call]) -> Assembled:
+def assemble(calls: list[CapturedCall]) -> Assembled:
     """`calls` in order as samples (see the module's docstring)."""
     samples: list[Trajectory] = []
     temps: list[float] = []
@@ -93,7 +93,7 @@ class Session:
     id: str
     key: str
     """The bearer token scoped to this session alone."""
-    calls: list[Call] = field(default_factory=list)
+    calls: list[CapturedCall] = field(default_factory=list)
     conversations: list[list[dict[str, Any]]] = field(default_factory=list)
     """Each answered choice's messages with its reply: what a call that goes
     on with the conversation sends again."""
@@ -129,7 +129,7 @@ class Session:
         with self.lock:
             return any(len(messages) > len(c) and messages[: len(c)] == c for c in self.conversations)
 
-    def record(self, call: Call, conversation: list[dict[str, Any]] | None) -> None:
+    def record(self, call: CapturedCall, conversation: list[dict[str, Any]] | None) -> None:
         with self.lock:
             self.calls.append(call)
             if conversation is not None:

@@ -56,7 +56,7 @@ from rl.engine.base import Completion
 from rl.engine.config import SamplingParams
 from rl.gateway.api import ApiError, ChatRequest, CompletionRequest, error_body, parse
 from rl.gateway.backends import Backend
-from rl.gateway.capture import Call, Session, Sessions
+from rl.gateway.capture import CapturedCall, Session, Sessions
 from rl.gateway.render import conversation, forced_start, pieces, reply, reply_message, template_messages, trimmed
 from rl.generator.intake import Intake, Refusals, WholeRequestHandler
 from rl.model import chat_ids
@@ -194,7 +194,7 @@ class Gateway:
                 said = reply_message(content or "", calls)
                 self._remember(said, start + self.tokenizer.decode(c.token_ids, skip_special_tokens=True))
                 if session is not None:
-                    call = Call(
+                    call = CapturedCall(
                         ids, list(c.token_ids), list(c.logprobs), version, req.temperature, c.finish_reason, continues
                     )
                     session.record(call, [*conv, said])
@@ -276,7 +276,7 @@ class Gateway:
                     chunks += [{"choices": [{"index": k, "text": text, "logprobs": lp, "finish_reason": finish}]}]
                     if session is not None:
                         session.record(
-                            Call(
+                            CapturedCall(
                                 prompts[i],
                                 list(c.token_ids),
                                 list(c.logprobs),
@@ -399,7 +399,7 @@ def _chat_chunks(
 
 
 def _handler(gw: Gateway) -> Any:
-    class Handler(WholeRequestHandler):
+    class GatewayHandler(WholeRequestHandler):
         def _fail(self, e: ApiError) -> None:
             gw.errors += 1
             extra = {"Retry-After": "1"} if e.status == 503 else None
@@ -471,4 +471,4 @@ def _handler(gw: Gateway) -> Any:
                 self.wfile.write(b"data: " + json.dumps(c).encode() + b"\n\n")
             self.wfile.write(b"data: [DONE]\n\n")
 
-    return Handler
+    return GatewayHandler

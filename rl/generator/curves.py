@@ -18,7 +18,7 @@ from typing import Any
 from rl.curves import Writer
 
 
-class Curves:
+class GeneratorCurves:
     def __init__(self, folder: Path, run_started: float):
         self.run_started = run_started
         self.last = (time.monotonic(), 0, 0.0, 0.0)  # what the next poll measures from

@@ -33,7 +33,7 @@ log = logging.getLogger("sarl.generator")
 
 def run(ctx: RunContext, cfg: GeneratorRole) -> dict[str, Any]:
     from rl.engine import make_engine
-    from rl.generator.curves import Curves
+    from rl.generator.curves import GeneratorCurves
     from rl.generator.endpoint import run_secret
     from rl.generator.service import GeneratorServer
     from rl.generator.versions import Versions
@@ -51,7 +51,7 @@ def run(ctx: RunContext, cfg: GeneratorRole) -> dict[str, Any]:
     log.info("serving on %s:%d", addr, server.port)
     ctx.save(version=engine.version, served=0, port=server.port, addr=addr)
     announcer = _announcer(ctx, cfg, server, addr)
-    curves = Curves(ctx.layout.tb(f"generator-{ctx.task:06d}"), ctx.layout.started_at)
+    curves = GeneratorCurves(ctx.layout.tb(f"generator-{ctx.task:06d}"), ctx.layout.started_at)
     started, tokens_seen = time.monotonic(), 0
     try:
         while cfg.serve_s is None or time.monotonic() - started < cfg.serve_s:

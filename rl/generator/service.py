@@ -355,7 +355,7 @@ class GeneratorServer:
 
 
 def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(WholeRequestHandler):
+    class GeneratorHandler(WholeRequestHandler):
         def _authorized(self) -> bool:
             given = self.headers.get("Authorization", "")
             ok = hmac.compare_digest(given.encode(), f"Bearer {server.token}".encode())
@@ -438,4 +438,4 @@ def _handler(server: GeneratorServer) -> type[BaseHTTPRequestHandler]:
                 )
             return prompts, params
 
-    return Handler
+    return GeneratorHandler

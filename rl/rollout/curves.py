@@ -18,7 +18,7 @@ from rl.rollout.samples import agent_shares, failure_of
 from rl.store import Sample
 
 
-class Curves:
+class RolloutCurves:
     def __init__(self, folder: Path, group_size: int, harness: bool = False):
         self.group_size = group_size
         self.harness = harness

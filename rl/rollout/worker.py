@@ -23,7 +23,7 @@ from typing import Any
 from rl.context import RunContext
 from rl.fsio import read_json
 from rl.rollout.config import RolloutRole
-from rl.rollout.curves import Curves
+from rl.rollout.curves import RolloutCurves
 from rl.rollout.episode import Episode, run_episode
 from rl.rollout.group_request import GroupReplies
 from rl.rollout.harness import EndpointFailed, run_harness
@@ -131,7 +131,7 @@ class Worker:
         self._beat_at = 0.0
         self.loop_s = 0.0
         self._writer: Any = None
-        self._curves: Curves | None = None
+        self._curves: RolloutCurves | None = None
         self.gateway: Any = None
         """The OpenAI endpoint of harness episodes (rollout.agent.harness), else None."""
         self.shares = [self.index]
@@ -182,7 +182,8 @@ class Worker:
         )
         self._writer = self.store.writer(self.writer_id)
         self.store.given_up.sweep()
-        self._curves = Curves(self.ctx.layout.tb(self.writer_id), self.rc.group_size, self.rc.agent.harness is not None)
+        harness = self.rc.agent.harness is not None
+        self._curves = RolloutCurves(self.ctx.layout.tb(self.writer_id), self.rc.group_size, harness)
         self.committed = committed_groups(self.store)
         self.shares = []
         todo = sorted(self._take_up())

@@ -67,7 +67,7 @@ log = logging.getLogger("sarl.recovery")
 
 
 @dataclass
-class Action:
+class Remedy:
     """What a look at the run found to do for one task."""
 
     role: str
@@ -80,13 +80,13 @@ class Action:
     reason: str
 
 
-def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
+def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Remedy]:
     """Every task that is dead (and not given up) or hung, and every task
     its role asks to start again, from the run directory and the scheduler
     alone."""
     now = time.time() if now is None else now
     hung_s, stall_s = cfg.run.recovery.hung_s, cfg.run.recovery.stall_s
-    out: list[Action] = []
+    out: list[Remedy] = []
     if rd.cancelled_path.exists():  # a person cancelled the run: it stays down until `sarl resume`
         return out
     for role, rc in cfg.roles().items():
@@ -102,19 +102,19 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Action]:
                     continue
                 still = now - float(beat.get("progress_at", now))
                 if age > hung_s:
-                    out.append(Action(role, t.task, "hung", job, f"no heartbeat for {age:.0f} s"))
+                    out.append(Remedy(role, t.task, "hung", job, f"no heartbeat for {age:.0f} s"))
                 elif still > stall_s:
                     why = f"stalled: no progress for {still:.0f} s while its heartbeat is fresh"
-                    out.append(Action(role, t.task, "hung", job, why))
+                    out.append(Remedy(role, t.task, "hung", job, why))
             elif t.failed and not given_up(rd, role, t.task):
-                out.append(Action(role, t.task, "dead", job, f"{t.status}: {t.reason}".rstrip(": ")))
+                out.append(Remedy(role, t.task, "dead", job, f"{t.status}: {t.reason}".rstrip(": ")))
         jobs = {t.task: t.job_id.removeprefix("pid ") for t in st.detail}
         for task, why in role_class(role).restart_also(rd, rc.tasks):
-            out.append(Action(role, task, "restart", jobs.get(task, ""), why))
+            out.append(Remedy(role, task, "restart", jobs.get(task, ""), why))
     return out
 
 
-def recover(rd: RunDir) -> list[Action]:
+def recover(rd: RunDir) -> list[Remedy]:
     """One round, under the run's lock: cancel the hung, record the deaths,
     resubmit the dead that are not in a crash loop. Returns what it did."""
     with rd.lock(wait=False) as got:
@@ -122,7 +122,7 @@ def recover(rd: RunDir) -> list[Action]:
             return []
         cfg = rd.config()
         rc = cfg.run.recovery
-        done: list[Action] = []
+        done: list[Remedy] = []
         resubmit: dict[str, list[int]] = {}
         for a in look(rd, cfg):
             if a.kind == "restart":
