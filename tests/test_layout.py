@@ -68,8 +68,6 @@ def _imports(path: Path) -> set[str]:
 
     def visit(nodes: list[ast.stmt]) -> None:
         for node in nodes:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                continue
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
                 for alias in node.names:  # `from pkg import module` depends on the module
                     full = f"{node.module}.{alias.name}"

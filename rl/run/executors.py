@@ -24,8 +24,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import cloudpickle
 import submitit
@@ -36,10 +37,24 @@ from submitit.slurm.slurm import SlurmJob
 
 from rl.config import ROLES, Config, RoleConfig, SlurmExecutor
 from rl.errors import SarlError
+from rl.layout import RunLayout
 from rl.run.rundir import RunDir
 
-if TYPE_CHECKING:  # the classes are found through the registry, by name
-    from rl.run.role import Role
+
+class RoleClass(Protocol):
+    """What the run machinery uses of a role's class (rl.run.role.Role): it
+    is found through the registry by name, so this side names no class."""
+
+    def __call__(self, run_dir: str) -> Callable[[int], dict[str, Any]]: ...
+
+    def restart_also(self, rd: RunLayout, tasks: int) -> list[tuple[int, str]]: ...
+
+    def before_restart(self, rd: RunLayout, task: int) -> None: ...
+
+    def on_given_up(
+        self, rd: RunLayout, task: int, tasks: int, running: set[int], given_up: set[int]
+    ) -> dict[str, Any]: ...
+
 
 LIVE_STATES = {
     "PENDING",
@@ -61,14 +76,14 @@ class SubmitError(SarlError, RuntimeError):
     """The scheduler refused a submission."""
 
 
-def role_class(name: str) -> type[Role]:
+def role_class(name: str) -> RoleClass:
     """The Role subclass that the jobs of role `name` run: the class that
     the one registry of roles (rl.config.ROLES) names, a thin entry point
     in `jobs/`. It is named there, not imported, because submitted jobs
     unpickle it by that name: the registry is the one place where the run
     machinery meets the entry points."""
     module, _, attr = ROLES[name].job_class.partition(":")
-    cls: type[Role] = getattr(importlib.import_module(module), attr)
+    cls: RoleClass = getattr(importlib.import_module(module), attr)
     return cls
 
 

@@ -16,7 +16,8 @@ through `Verifier.verdict` (reward as configured, audit log).
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from rl.tasks.format import Task
 from rl.verify.checks import efficiency_score, tests_score
@@ -24,8 +25,33 @@ from rl.verify.config import CHECKS
 from rl.verify.verdict import Verdict
 from sandboxes.config import Limits
 
-if TYPE_CHECKING:
-    from rl.verify.verifier import Verifier
+T = TypeVar("T")
+
+
+class VerifierApi(Protocol):
+    """What these graders use of rl.verify.verifier.Verifier, which calls
+    them: its pool, its runners, and the one way a Verdict is made."""
+
+    def in_sandbox(self, use: Callable[[Any], T], clean: bool = False) -> T: ...
+
+    def run_node(
+        self, task: Task, solution: str, calls: list[Any], expected: list[Any], sandbox: Any = None, wall_s: float = 0.0
+    ) -> dict[str, Any]: ...
+
+    def run_sql(self, params: dict[str, Any], limits: Limits, sandbox: Any = None) -> dict[str, Any]: ...
+
+    def verdict(
+        self,
+        task: Task,
+        checks: dict[str, float | None],
+        passed: bool,
+        cases: int,
+        cases_passed: int,
+        failure: str,
+        t0: float,
+        events: list[str] | None = None,
+    ) -> Verdict: ...
+
 
 SQL_SCRIPT = "data.sql"
 """The file of an SQL task that builds its database."""
@@ -62,7 +88,7 @@ def sql_spec(task: Task) -> dict[str, Any]:
     return {"reference": spec["reference"], "ordered": bool(spec.get("ordered", False))}
 
 
-def verify_sql(v: Verifier, task: Task, query: str, t0: float) -> Verdict:
+def verify_sql(v: VerifierApi, task: Task, query: str, t0: float) -> Verdict:
     """An answer query against the reference query, on a fresh build of
     the task's database in a fresh sandbox: the same rows (in the same
     order where the question asks for one) pass."""
@@ -83,7 +109,7 @@ def verify_sql(v: Verifier, task: Task, query: str, t0: float) -> Verdict:
     return v.verdict(task, checks, ok, 1, int(ok), failure, t0)
 
 
-def verify_node(v: Verifier, task: Task, solution: str, t0: float) -> Verdict:
+def verify_node(v: VerifierApi, task: Task, solution: str, t0: float) -> Verdict:
     """A JavaScript function against the task's calls, in a fresh sandbox:
     the share of calls answered with the expected value, measured from the
     best constant answer."""
@@ -118,7 +144,7 @@ TEXT_CHARS = 4096
 SequenceMatcher is quadratic in the worst case."""
 
 
-def verify_text(v: Verifier, task: Task, answer: str, t0: float) -> Verdict:
+def verify_text(v: VerifierApi, task: Task, answer: str, t0: float) -> Verdict:
     """A text answer against the expected text: the LCS ratio (difflib's
     SequenceMatcher ratio) is the tests score; only the exact text passes."""
     from difflib import SequenceMatcher
@@ -141,7 +167,7 @@ def verify_text(v: Verifier, task: Task, answer: str, t0: float) -> Verdict:
     return v.verdict(task, checks, passed, 1, int(passed), failure, t0)
 
 
-def verify_harbor(v: Verifier, task: Task, script: str, final: dict[str, str] | None, t0: float) -> Verdict:
+def verify_harbor(v: VerifierApi, task: Task, script: str, final: dict[str, str] | None, t0: float) -> Verdict:
     """A Harbor task (rl.tasks.harbor): the final work dir in a fresh
     sandbox, the task's tests beside it, `tests/test.sh` run, and the
     reward file it wrote read. Without final files (validation), the work
@@ -178,7 +204,7 @@ def verify_harbor(v: Verifier, task: Task, script: str, final: dict[str, str] | 
 
 
 def _harbor_verdict(
-    v: Verifier, task: Task, reward: float | None, why: str, limit: str | None, t0: float, duration: float
+    v: VerifierApi, task: Task, reward: float | None, why: str, limit: str | None, t0: float, duration: float
 ) -> Verdict:
     checks: dict[str, float | None] = dict.fromkeys(CHECKS)
     checks.update(
