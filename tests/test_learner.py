@@ -11,121 +11,23 @@ model; only the size is chosen for the test."""
 from __future__ import annotations
 
 import json
-import os
-import random
 import re
-import signal
 import subprocess
 import sys
-import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from conftest import sarl, task_state, wait_for, write_config
+from learner_runs import learner_config, learner_state, published_weights, rollout_batches, start_learner
 
 from rl.store import Sample, Store
 
 
-def _rollout_batches(tiny_model: Path, groups: int, group_size: int = 2, per_batch: int = 2) -> list[list[Sample]]:
-    """Batches as rollout workers write them: whole groups, the prompt
-    masked, the reference as the sampled tokens."""
-    from rl.model import chat_ids, load_tokenizer
-    from rl.tasks.importers import import_humaneval
-
-    tok = load_tokenizer(tiny_model)
-    tasks = import_humaneval()
-    rng = np.random.default_rng(0)
-    batches: list[list[Sample]] = []
-    batch: list[Sample] = []
-    for g in range(groups):
-        t = tasks[g % len(tasks)]
-        prompt = chat_ids(tok, [{"role": "user", "content": t.prompt}])[:96]
-        reply = tok.encode(t.reference, add_special_tokens=False)[:48]
-        for i in range(group_size):
-            ids = np.array(prompt + reply, dtype=np.int32)
-            mask = np.array([0] * len(prompt) + [1] * len(reply), dtype=np.uint8)
-            logprobs = np.where(mask == 1, rng.uniform(-12, -9, len(ids)), 0.0).astype(np.float32)
-            batch.append(Sample(t.task_id, g, 0, ids, mask, logprobs, reward=float(i % 2), episode_id=f"{g}/{i}"))
-        if (g + 1) % per_batch == 0:
-            batches.append(batch)
-            batch = []
-    return batches
-
-
-def _commit_rollouts(run: Path, tiny_model: Path, groups: int, group_size: int = 2, per_batch: int = 2) -> None:
-    writer = Store(run / "store.zarr").writer("rollout-000000")
-    for batch in _rollout_batches(tiny_model, groups, group_size, per_batch):
-        writer.write(writer.next_seq(), batch)
-
-
-def _config(tiny_model: Path, steps: int, extra: str = "", ranks: int = 1) -> str:
-    """A learner alone, on batches the test commits, all sampled by version 0:
-    the staleness bound is set past the run's steps, so that none is dropped."""
-    return f"""
-[run]
-name = "l"
-root = "runs"
-max_staleness = 1000
-[run.recovery]
-enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
-[executor]
-type = "local"
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[learner]
-steps = {steps}
-samples_per_step = 4
-micro_batches = 2
-poll_s = 0.2
-precision = "float32"  # exact steps and their order; bf16: tests/test_precision.py
-{extra}
-[learner.job]
-tasks_per_node = {ranks}
-mem_gb = 6
-[learner.optimizer]
-lr = 1e-3
-"""
-
-
-def _state(run: Path) -> dict:
-    try:
-        return task_state(run, 0, "learner")
-    except (FileNotFoundError, ValueError):
-        return {}
-
-
-def _weights(run: Path, version: int) -> dict[str, np.ndarray]:
-    _, tensors = Store(run / "store.zarr").weights.load(version)
-    return {k: np.asarray(v).copy() for k, v in tensors.items()}
-
-
-def _start(
-    workdir: Path,
-    name: str,
-    tiny_model: Path,
-    steps: int,
-    extra: str = "",
-    cluster: str = "local",
-    ranks: int = 1,
-    groups: int | None = None,
-) -> Path:
-    folder = workdir / name
-    folder.mkdir()
-    cfg = write_config(folder, _config(tiny_model, steps, extra, ranks))
-    run = folder / "runs" / "l"
-    # the run directory first (submit creates it), then the rollouts a learner waits for
-    sarl("submit", str(cfg), "--cluster", cluster, cwd=folder)
-    _commit_rollouts(run, tiny_model, groups=2 * steps if groups is None else groups)
-    return run
-
-
 @pytest.mark.slow
 def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Path, tiny_model: Path) -> None:
-    run = _start(workdir, "a", tiny_model, steps=3, extra="keep_versions = 2\n[learner.loss]\nkl_coef = 0.1\n")
+    run = start_learner(workdir, "a", tiny_model, steps=3, extra="keep_versions = 2\n[learner.loss]\nkl_coef = 0.1\n")
     try:
         # `--wait` through a pipe, as in a batch job's log: plain lines, the learner's steps, no carriage return
         waited = sarl("status", str(run), "--wait", "--every", "1", cwd=run.parents[1])
@@ -139,7 +41,7 @@ def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Pat
         assert state["step"] == 3 and state["batches"] == 3 and state["quarantined"] == {}
         store = Store(run / "store.zarr")
         assert store.weights.versions() == [2, 3]  # published each step, the last 2 kept
-        w2, w3 = _weights(run, 2), _weights(run, 3)
+        w2, w3 = published_weights(run, 2), published_weights(run, 3)
         assert set(w2) and any(not np.array_equal(w2[k], w3[k]) for k in w2)  # it trained
         assert np.isfinite(state["mismatch_kl"]) and state["mismatch_kl"] > 0.05  # behaviour log-probs differ
         assert state["kl_ref"] > 0 and state["entropy"] > 0  # step 3's policy has moved from the base (k3 > 0)
@@ -197,10 +99,7 @@ def _check_report_and_tensorboard(run: Path) -> None:
     """`sarl report` writes its plots and page; the real `tensorboard` serves
     the run's curves (its HTTP API lists the learner's tags)."""
     import base64
-    import json
     import socket
-    import subprocess
-    import sys
     import urllib.request
 
     out = sarl("report", str(run), cwd=run.parents[1])
@@ -232,197 +131,6 @@ def _check_report_and_tensorboard(run: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(10)
-
-
-def _learner_pid(run: Path) -> int | None:
-    import json
-
-    path = run / "heartbeats" / "learner" / "task-000000.json"
-    try:
-        pid = int(json.loads(path.read_text())["pid"])
-    except (FileNotFoundError, ValueError, KeyError):
-        return None
-    return pid if Path(f"/proc/{pid}").exists() else None
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("extra", ["", "[learner.lora]\nrank = 4\n"], ids=["full", "lora"])
-def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path, extra: str) -> None:
-    """Full fine-tuning, and LoRA (whose checkpoints hold the adapters and
-    their moments, the frozen base read again from the model)."""
-    steps = 6
-    straight = _start(workdir, "straight", tiny_model, steps, extra)  # side by side: the result is not timing's
-    # the killed run is fed the same batches (one a step), in the same order, one step ahead of
-    # each kill point: it may be inside that step when killed, never past it (a fast machine ran
-    # the rest of the steps within the random delay before a kill)
-    killed = _start(workdir, "killed", tiny_model, steps, extra, groups=0)
-    batches = _rollout_batches(tiny_model, groups=2 * steps)
-    writer = Store(killed / "store.zarr").writer("rollout-000000")
-
-    def feed(upto: int) -> None:
-        while writer.next_seq() < upto:
-            writer.write(writer.next_seq(), batches[writer.next_seq()])
-
-    rng = random.Random(5)
-    kills = 0
-    try:
-        for point in sorted(rng.sample(range(1, steps - 1), 3)):  # after these steps, at a random instant
-            feed(point + 1)
-            # the step reached, by a live process (the state of a killed one may show it already)
-            wait_for(lambda p=point: _state(killed).get("step", 0) >= p and _learner_pid(killed), 300, f"step {point}")
-            time.sleep(rng.uniform(0.0, 0.8))
-            pid = _learner_pid(killed)
-            assert pid is not None and not _state(killed).get("done"), "the learner finished before its kills"
-            os.kill(pid, signal.SIGKILL)
-            kills += 1
-            wait_for(lambda: _learner_pid(killed) is None, 30, "the learner to die")
-            sarl("resume", str(killed), cwd=killed.parents[1])
-            wait_for(lambda k=kills: len(_state(killed).get("starts", [])) == k + 1, 300, "the resumed learner")
-        assert kills == 3
-        feed(steps)
-        wait_for(lambda: _state(killed).get("done"), 600, "the resumed learner")
-        wait_for(lambda: _state(straight).get("done"), 600, "the uninterrupted learner")
-        a, b = _weights(straight, steps), _weights(killed, steps)
-        assert a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a)  # bit-exact
-        from rl.learner.checkpoints import LearnerCheckpoints
-
-        ca, cb = LearnerCheckpoints(straight).latest(), LearnerCheckpoints(killed).latest()
-        assert ca is not None and cb is not None
-        assert ca.cursor.to_json() == cb.cursor.to_json() and ca.meta["history"] == cb.meta["history"]
-        applied = Counter(k for _, keys in cb.meta["history"] for k in keys)
-        assert set(applied.values()) == {1} and len(applied) == steps  # every batch once
-        assert len(task_state(killed, 0, "learner")["starts"]) == kills + 1
-    finally:
-        for run in (straight, killed):
-            sarl("cancel", str(run), cwd=run.parents[1], check=False)
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize(("ranks", "damage"), [(1, "truncated"), (2, "flipped")])
-def test_a_checkpoint_that_cannot_be_loaded_is_set_aside_and_the_one_before_it_resumes(
-    workdir: Path, tiny_model: Path, ranks: int, damage: str
-) -> None:
-    """The newest checkpoint's DeepSpeed files damaged while the learner is
-    down: truncated (torn writes), or bytes flipped at the same size (which
-    a load would not notice). The resumed learner, of one rank or two, finds
-    it against the checkpoint's manifest, sets it aside with its reason,
-    loads the one before, redoes the step after it on the same batch, and
-    every batch is applied once."""
-    steps = 4
-    run = _start(workdir, "c", tiny_model, steps, groups=0, ranks=ranks)  # a checkpoint every step, the last 2 kept
-    batches = _rollout_batches(tiny_model, groups=2 * steps)
-    writer = Store(run / "store.zarr").writer("rollout-000000")
-    try:
-        for b in batches[:2]:
-            writer.write(writer.next_seq(), b)
-        wait_for(lambda: _state(run).get("step", 0) >= 2 and _learner_pid(run), 300, "step 2")
-        newest = run / "checkpoints" / "learner" / "step-0000000002"
-        wait_for(lambda: (newest / "meta.json").exists(), 60, "the checkpoint of step 2")
-        pid = _learner_pid(run)
-        assert pid is not None
-        if ranks == 1:
-            os.kill(pid, signal.SIGKILL)
-        else:  # every rank of the task goes down at once (rank 1 alone would wait in a collective)
-            sarl("cancel", str(run), cwd=run.parents[1])
-        wait_for(lambda: _learner_pid(run) is None, 30, "the learner to die")
-        payload = [p for p in newest.rglob("*.pt") if p.is_file()]
-        assert payload, sorted(newest.rglob("*"))
-        for p in payload:
-            data = bytearray(p.read_bytes())
-            if damage == "truncated":  # torn writes of a dying filesystem
-                del data[len(data) // 2 :]
-            else:  # bit rot: 64 bytes inverted in the middle, the size unchanged
-                mid = len(data) // 2
-                data[mid : mid + 64] = bytes(b ^ 0xFF for b in data[mid : mid + 64])
-            p.write_bytes(bytes(data))
-        sarl("resume", str(run), cwd=run.parents[1])
-        for b in batches[2:steps]:
-            writer.write(writer.next_seq(), b)
-        wait_for(lambda: _state(run).get("done"), 600, "the resumed learner")
-        state = _state(run)
-        assert list(state["checkpoints_set_aside"]) == ["bad-step-0000000002"], state.get("checkpoints_set_aside")
-        why = state["checkpoints_set_aside"]["bad-step-0000000002"]
-        assert "step 2: cannot be loaded" in why
-        assert ("bytes" if damage == "truncated" else "its content changed") in why, why
-        assert (run / "checkpoints" / "learner" / "bad-step-0000000002" / "why.txt").exists()
-        from rl.learner.checkpoints import LearnerCheckpoints
-
-        ck = LearnerCheckpoints(run).latest()
-        assert ck is not None and ck.step == steps
-        assert [s for s, _ in ck.meta["history"]] == [1, 2, 3, 4]
-        applied = Counter(k for _, keys in ck.meta["history"] for k in keys)
-        assert set(applied.values()) == {1} and len(applied) == steps  # step 2 redone on its batch, once
-    finally:
-        sarl("cancel", str(run), cwd=run.parents[1], check=False)
-
-
-@pytest.mark.slow
-def test_a_learner_killed_after_publishing_past_its_checkpoint_redoes_those_steps_without_publishing(
-    workdir: Path, tiny_model: Path
-) -> None:
-    """Checkpoints every 3 steps, one version kept: killed at step 5, the
-    learner resumes at 3 and redoes 4 and 5, whose versions a predecessor
-    published (and pruned). It publishes nothing older than the newest, and
-    goes on to publish 6."""
-    steps = 6
-    extra = "checkpoint_every = 3\nkeep_versions = 1\n"
-    run = _start(workdir, "p", tiny_model, steps, extra=extra, groups=0)
-    batches = _rollout_batches(tiny_model, groups=2 * steps)
-    writer = Store(run / "store.zarr").writer("rollout-000000")
-    store = Store(run / "store.zarr")
-    try:
-        for b in batches[:5]:
-            writer.write(writer.next_seq(), b)
-        wait_for(lambda: _state(run).get("step", 0) >= 5 and _learner_pid(run), 300, "step 5")
-        wait_for(lambda: store.weights.latest() == 5, 60, "version 5")
-        pid = _learner_pid(run)
-        assert pid is not None
-        os.kill(pid, signal.SIGKILL)
-        wait_for(lambda: _learner_pid(run) is None, 30, "the learner to die")
-        assert store.weights.versions() == [5]  # 1-4 pruned
-        sarl("resume", str(run), cwd=run.parents[1])
-        writer.write(writer.next_seq(), batches[5])
-        wait_for(lambda: _state(run).get("done"), 600, "the resumed learner")
-        state = _state(run)
-        assert len(state["starts"]) == 2 and state["step"] == steps, state
-        assert store.weights.versions() == [6]
-        from rl.learner.checkpoints import LearnerCheckpoints
-
-        ck = LearnerCheckpoints(run).latest()
-        assert ck is not None and [s for s, _ in ck.meta["history"]] == list(range(1, steps + 1))
-        applied = Counter(k for _, keys in ck.meta["history"] for k in keys)
-        assert set(applied.values()) == {1} and len(applied) == steps
-    finally:
-        sarl("cancel", str(run), cwd=run.parents[1], check=False)
-
-
-@pytest.mark.slow
-def test_a_step_that_is_not_finite_is_not_applied_and_its_batch_is_quarantined(workdir: Path, tiny_model: Path) -> None:
-    folder = workdir / "nan"
-    folder.mkdir()
-    run = folder / "runs" / "l"
-    sarl("submit", str(write_config(folder, _config(tiny_model, steps=3))), cwd=folder)
-    _commit_rollouts(run, tiny_model, groups=4)  # 2 batches: steps 1 and 2
-    store = Store(run / "store.zarr")
-    # a generator bug: a copy of batch 0 with a NaN behaviour log-prob, committed third
-    bad = store.reader().read(("rollout-000000", 0)).samples()
-    bad[0].logprobs = bad[0].logprobs.copy()
-    bad[0].logprobs[np.flatnonzero(bad[0].loss_mask)[0]] = np.nan
-    store.writer("rollout-bad").write(0, bad)
-    try:
-        wait_for(lambda: _state(run).get("quarantined"), 400, "the bad batch to be quarantined")
-        assert _state(run).get("step") == 2  # rolled back: still at the last good step
-        good = store.reader().read(("rollout-000000", 1)).samples()
-        store.writer("rollout-000000").write(2, good)  # a sound batch for step 3
-        wait_for(lambda: _state(run).get("done"), 400, "the learner to finish")
-        state = _state(run)
-        assert list(state["quarantined"]) == ["rollout-bad/0"], state["quarantined"]
-        assert "not finite" in state["quarantined"]["rollout-bad/0"]
-        assert state["step"] == 3
-        w = _weights(run, 3)
-        assert all(np.isfinite(v).all() for v in w.values())
-    finally:
-        sarl("cancel", str(run), cwd=folder, check=False)
 
 
 class _Feed:
@@ -565,52 +273,6 @@ def test_a_sync_round_with_groups_given_up_is_whole_without_them(tmp_path: Path)
     assert take_step(store, cursor, 3, Need(6, sync=True, poll_s=0.01), _Feed(stop=True)) is None  # no round size
 
 
-def test_a_usr2_inside_a_held_section_is_answered_when_it_ends() -> None:
-    """The learner's step changes the weights before it is counted, and the
-    handler (save, requeue, exit) cannot wait for it on the thread it
-    interrupts: a USR2 inside the step is answered once, right after it,
-    by the handler installed before; one outside is answered at once."""
-    from rl.context import usr2_held
-
-    got: list[str] = []
-    stage = ["before"]
-    before = signal.signal(signal.SIGUSR2, lambda *_: got.append(stage[0]))
-    try:
-        with usr2_held():
-            stage[0] = "inside"
-            os.kill(os.getpid(), signal.SIGUSR2)
-            time.sleep(0.05)
-            assert got == []
-            stage[0] = "after"
-        assert got == ["after"]  # once, when the section ended
-        os.kill(os.getpid(), signal.SIGUSR2)
-        time.sleep(0.05)
-        assert got == ["after", "after"]  # outside: at once
-        assert signal.getsignal(signal.SIGUSR2) is not None and len(got) == 2
-    finally:
-        signal.signal(signal.SIGUSR2, before)
-
-
-@pytest.mark.slow
-def test_usr2_saves_the_last_step_at_once_and_the_requeued_learner_goes_on(workdir: Path, tiny_model: Path) -> None:
-    run = _start(workdir, "usr2", tiny_model, steps=8, extra="checkpoint_every = 100\n")  # only USR2 and the end
-    try:
-        wait_for(lambda: _state(run).get("step", 0) >= 3, 300, "step 3")
-        pid = _learner_pid(run)
-        assert pid is not None
-        os.kill(pid, signal.SIGUSR2)
-        wait_for(lambda: _state(run).get("checkpoints", 0) >= 1, 60, "the checkpoint on USR2")
-        from rl.learner.checkpoints import LearnerCheckpoints
-
-        saved = LearnerCheckpoints(run).latest()
-        assert saved is not None and saved.step >= 3  # saved then, not at a periodic boundary (every 100)
-        wait_for(lambda: _state(run).get("done"), 300, "the requeued learner")
-        state = _state(run)
-        assert state["step"] == 8 and len(state["starts"]) == 2 and state["batches"] == 8
-    finally:
-        sarl("cancel", str(run), cwd=run.parents[1], check=False)
-
-
 # ----------------------------------------------------------------- learning
 
 
@@ -688,8 +350,8 @@ lr = 3e-2
                 for s, r in zip(samples, rng.permutation(rewards), strict=True):
                     s.reward = float(r)
             writer.write(writer.next_seq(), samples)
-        wait_for(lambda: _state(run).get("done"), 300, "the learner to finish")
-        state = _state(run)
+        wait_for(lambda: learner_state(run).get("done"), 300, "the learner to finish")
+        state = learner_state(run)
         assert state["step"] == rounds and state["batches"] == rounds and state["dropped_stale"] == 0
         assert abs(state["mismatch_kl"]) < 1e-3  # the generator sampled with the weights trained on
     finally:
@@ -717,169 +379,6 @@ def test_a_tiny_model_learns_from_reward_alone_and_a_shuffled_control_does_not(w
     assert last_learned - last_control >= 0.2
 
 
-@pytest.mark.slurm
-@pytest.mark.slow
-def test_two_ranks_on_slurm_train_the_weights_that_one_rank_does(workdir: Path, tiny_model: Path, slurm: None) -> None:
-    """World size 2 (srun, 2 tasks, gloo, master from Slurm's node list)
-    against world size 1 on the same committed data: the same weights to
-    float32 summation order (each rank sums its micro-batch's gradient, and
-    the all-reduce adds the two)."""
-    steps = 3
-    one = _start(workdir, "one", tiny_model, steps)
-    two = _start(workdir, "two", tiny_model, steps, cluster="slurm", ranks=2)
-    try:
-        for run in (one, two):
-            wait_for(lambda run=run: _state(run).get("done"), 600, f"the learner of {run.parent.parent.name}")
-        from rl.learner.checkpoints import LearnerCheckpoints
-
-        ca, cb = LearnerCheckpoints(one).latest(), LearnerCheckpoints(two).latest()
-        assert ca is not None and cb is not None and ca.meta["ranks"] == 1 and cb.meta["ranks"] == 2
-        assert ca.meta["history"] == cb.meta["history"]  # the same batches, step by step
-        a, b = _weights(one, steps), _weights(two, steps)
-        worst = max(float(np.abs(a[k] - b[k]).max()) for k in a)
-        changed = max(float(np.abs(a[k] - _weights(one, 1)[k]).max()) for k in a)
-        print(f"largest difference between 1 and 2 ranks: {worst:.2e} (largest change in training: {changed:.2e})")
-        assert worst <= 1e-5 and changed > 1e-3  # they trained, and to the same weights
-        logs = list((two / "logs" / "learner").rglob("*_1_log.err"))
-        assert logs, "no log of rank 1"
-    finally:
-        for run in (one, two):
-            sarl("cancel", str(run), cwd=run.parents[1], check=False)
-
-
-def _close(diff: np.ndarray) -> bool:
-    """ZeRO-3's tolerance against stage 0: fewer than 1 in 1,000 weights
-    off by more than 1e-6, none by more than 2 x lr (1e-3). Adam's first
-    step, g / (|g| + eps), moves a weight by up to lr either way where its
-    gradient is near 0, so a gradient summed in another order can put one
-    weight 2 x lr away. ZeRO-3 also takes its log-probs from the engine's
-    forward, where stage 0 projects the hidden states itself: the logits
-    differ in their last bits. Measured with one thread: 6 of 6.4M off after
-    one step, 1,733 after three; the largest 1.4e-4. A wrong gather or a
-    wrongly trained layer moves millions (6.2M of 6.4M, when the output
-    layer ran apart from ZeRO-3's forward)."""
-    return float(diff.max()) <= 2e-3 and int((diff > 1e-6).sum()) < diff.size / 1_000
-
-
-@pytest.mark.slow
-def test_every_zero_stage_takes_the_same_step_skips_an_infinite_gradient_and_resumes(
-    tiny_model: Path, tmp_path: Path
-) -> None:
-    """ZeRO 0-3 on one rank, from the same weights on the same samples
-    (tests/zero_worker.py, the learner's Trainer in a process of its own).
-    Stages 1 and 2 give stage 0's weights to the bit. Stage 3 gives them
-    but for a handful of elements: its gradients are summed in another
-    order, and Adam's first step, g / (|g| + eps), magnifies that where a
-    gradient is near 0. A gradient that a hook makes infinite (the loss
-    stays finite) is not applied at any stage: under ZeRO 1-3 p.grad is
-    empty, and DeepSpeed's own skip is what the learner reads. A fresh
-    Trainer loaded from the checkpoint of step 1 takes step 2 to the same
-    weights."""
-    worker = Path(__file__).with_name("zero_worker.py")
-    cmd = [sys.executable, str(worker), str(tiny_model), str(tmp_path), "0", "1", "2", "3"]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    rows = [json.loads(x[5:]) for x in proc.stdout.splitlines() if x.startswith("ZERO ")]
-    assert proc.returncode == 0 and [r["stage"] for r in rows] == [0, 1, 2, 3], proc.stderr[-3000:]
-    for r in rows:
-        assert r["trained"] and r["resume_same"], r
-        assert not r["inf_applied"] and not r["inf_changed"], r
-    base = np.load(rows[0]["step1"])
-    for r in rows[1:]:
-        other = np.load(r["step1"])
-        assert sorted(other.files) == sorted(base.files)
-        diff = np.concatenate([np.abs(base[k] - other[k]).ravel() for k in base.files])
-        if r["stage"] < 3:
-            assert diff.max() == 0.0, (r["stage"], diff.max())
-        else:  # lr 1e-3 moves a weight by up to 1e-3; a wrong gather would be off by the weights' size (~0.02)
-            assert _close(diff), (diff.max(), int((diff > 1e-6).sum()))
-
-
-@pytest.mark.slow
-def test_zero3_on_two_ranks_publishes_every_version_with_the_weights_of_one_rank(
-    workdir: Path, tiny_model: Path
-) -> None:
-    """ZeRO-3 partitions every weight over the ranks: each published version
-    must be gathered whole. Two local ranks against one rank of ZeRO 0 on
-    the same committed data, to the tolerance of `_close`."""
-    steps = 3
-    one = _start(workdir, "one", tiny_model, steps)
-    z3 = _start(workdir, "z3", tiny_model, steps, extra="zero_stage = 3", ranks=2)
-    try:
-        for run in (one, z3):
-            wait_for(lambda run=run: _state(run).get("done"), 600, f"the learner of {run.parent.parent.name}")
-        assert Store(z3 / "store.zarr").weights.versions() == [1, 2, 3]  # the base model is version 0
-        from rl.learner.checkpoints import LearnerCheckpoints
-
-        cz = LearnerCheckpoints(z3).latest()
-        assert cz is not None and cz.meta["ranks"] == 2
-        for v in (1, steps):
-            a, b = _weights(one, v), _weights(z3, v)
-            assert a.keys() == b.keys() and all(a[k].shape == b[k].shape for k in a)  # whole, not partitions
-            diff = np.concatenate([np.abs(a[k] - b[k]).ravel() for k in a])
-            assert _close(diff), (v, diff.max(), int((diff > 1e-6).sum()))
-        changed = max(float(np.abs(_weights(one, steps)[k] - _weights(one, 1)[k]).max()) for k in a)
-        assert changed > 1e-3  # it trained between the versions compared
-    finally:
-        for run in (one, z3):
-            sarl("cancel", str(run), cwd=run.parents[1], check=False)
-
-
-@pytest.mark.slow
-def test_two_ranks_meet_through_the_run_directory_though_the_port_a_job_would_choose_is_taken(
-    workdir: Path, tiny_model: Path
-) -> None:
-    """submitit's guess at a master port (MASTER_PORT, or one derived from
-    the job id) is taken by another socket: the ranks meet all the same,
-    through the run directory, at the port rank 0 actually bound. The
-    rollouts then come later than the collectives' timeout (30 s): the
-    other rank, waiting in a broadcast, is kept alive by rank 0."""
-    import socket
-
-    taken = socket.create_server(("0.0.0.0", 0))
-    port = taken.getsockname()[1]
-    folder = workdir / "meet"
-    folder.mkdir()
-    cfg = write_config(folder, _config(tiny_model, 2, "collective_timeout_s = 30\n", ranks=2))
-    run = folder / "runs" / "l"
-    env = {**os.environ, "MASTER_PORT": str(port)}  # what submitit's environment takes the master port from
-    try:
-        sarl("submit", str(cfg), "--cluster", "local", cwd=folder, env=env)
-        rendezvous = run / "checkpoints" / "learner" / "rendezvous"
-        met = wait_for(lambda: sorted(rendezvous.glob("*.json")), 300, "rank 0's rendezvous record")
-        wait_for(lambda: _state(run).get("starts"), 300, "the learner's start")
-        time.sleep(45)  # rank 0 waits for rollouts past the collectives' timeout
-        _commit_rollouts(run, tiny_model, groups=4)
-        wait_for(lambda: _state(run).get("done"), 300, "the learner of two ranks")
-        assert _state(run)["step"] == 2
-        record = json.loads(met[0].read_text())
-        assert record["port"] != port and len(record["nonce"]) == 32
-    finally:
-        taken.close()
-        sarl("cancel", str(run), cwd=folder, check=False)
-
-
-def test_a_learner_start_builds_no_op_and_leaves_no_shared_memory_behind() -> None:
-    """DeepSpeed's CPU shared-memory op is neither built nor loaded: its JIT
-    load held a lock file in the environment for about a second at every
-    start (a learner killed then made every later one wait forever), and its
-    64 MiB workspace in /dev/shm outlived the process. The collectives work
-    without it."""
-    code = (
-        "import json, os, torch, deepspeed.comm as dc\n"
-        "from rl.learner.dist import init_distributed\n"
-        "init_distributed()\n"
-        "t = torch.ones(3); dc.all_reduce(t)\n"
-        "addr, port = os.environ['MASTER_ADDR'], os.environ['MASTER_PORT']\n"
-        "name = 'deepspeed_allreduce_buffer_%d_%s_%s_0' % (os.getuid(), addr, port)\n"
-        "maps = open('/proc/self/maps').read()\n"
-        "print(json.dumps({'shm': os.path.exists('/dev/shm/' + name), 'op': 'shm_comm' in maps, 'sum': t.tolist()}))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-3000:]
-    seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen == {"shm": False, "op": False, "sum": [1.0, 1.0, 1.0]}, seen
-
-
 @pytest.mark.parametrize(
     ("extra", "words"),
     [
@@ -899,7 +398,7 @@ def test_bad_learner_input_is_refused_before_submission(
     workdir: Path, tiny_model: Path, extra: str, words: str
 ) -> None:
     section = extra.startswith("[")  # a section of its own, else keys of [learner]
-    body = _config(tiny_model, 2, "" if section else extra).replace(
+    body = learner_config(tiny_model, 2, "" if section else extra).replace(
         "[learner.job]\ntasks_per_node = 1\nmem_gb = 6\n", ""
     )
     out = sarl("submit", str(write_config(workdir, body + (extra if section else ""))), cwd=workdir, check=False)
@@ -946,7 +445,7 @@ def test_sft_on_task_references_lowers_their_loss_and_publishes(workdir: Path, t
     write_tasks(folder / "train.jsonl", import_humaneval()[:4])
     extra = '[learner.loss]\ntype = "sft"\nsource = "references"\ntasks_file = "train.jsonl"\n'
     body = (
-        _config(tiny_model, 8)
+        learner_config(tiny_model, 8)
         .replace("lr = 1e-3", "lr = 1e-2")
         .replace("[learner]\n", "[learner]\ntrain_top_layers = 1\n")
     )
@@ -954,8 +453,8 @@ def test_sft_on_task_references_lowers_their_loss_and_publishes(workdir: Path, t
     sarl("submit", str(write_config(folder, body)), cwd=folder)
     run = folder / "runs" / "l"
     try:
-        wait_for(lambda: _state(run).get("done"), 400, "the SFT learner")
-        state = _state(run)
+        wait_for(lambda: learner_state(run).get("done"), 400, "the SFT learner")
+        state = learner_state(run)
         assert state["step"] == 8 and state["batches"] == 0  # no rollout read
         assert Store(run / "store.zarr").weights.latest() == 8
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -980,7 +479,6 @@ def test_sft_on_task_references_lowers_their_loss_and_publishes(workdir: Path, t
 
 @pytest.mark.slow
 def test_bench_learner_reports_each_figure_beside_its_baseline(workdir: Path, tiny_model: Path) -> None:
-    import json
 
     out = sarl("bench", "learner", "--quick", "--json", "--model", str(tiny_model), "--engine", "hf", cwd=workdir)
     r = json.loads(out.stdout)
@@ -1013,11 +511,11 @@ def test_sync_mode_trains_each_round_alone_and_any_commit_order_gives_the_same_w
     for name, order in (("in-order", [0, 1, 2, 3]), ("shuffled", [3, 2, 1, 0])):
         folder = workdir / name
         folder.mkdir()
-        body = _config(tiny_model, 2).replace("max_staleness = 1000\n", 'mode = "sync"\n')
+        body = learner_config(tiny_model, 2).replace("max_staleness = 1000\n", 'mode = "sync"\n')
         sarl("submit", str(write_config(folder, body)), cwd=folder)
         run = folder / "runs" / "l"
         store = Store(run / "store.zarr")
-        batches = _rollout_batches(tiny_model, groups=4, per_batch=1)  # 4 batches of 1 group (2 samples)
+        batches = rollout_batches(tiny_model, groups=4, per_batch=1)  # 4 batches of 1 group (2 samples)
         for k in order:  # batches 0-1 are round 0 (version 0), 2-3 round 1, each by its own writer
             for x in batches[k]:
                 x.policy_version = k // 2
@@ -1026,7 +524,7 @@ def test_sync_mode_trains_each_round_alone_and_any_commit_order_gives_the_same_w
         runs.append(run)
     try:
         for run in runs:
-            wait_for(lambda run=run: _state(run).get("done"), 400, "the sync learner")
+            wait_for(lambda run=run: learner_state(run).get("done"), 400, "the sync learner")
         from rl.learner.checkpoints import LearnerCheckpoints
 
         for run in runs:
@@ -1034,7 +532,7 @@ def test_sync_mode_trains_each_round_alone_and_any_commit_order_gives_the_same_w
             assert ck is not None
             steps = {step: sorted(keys) for step, keys in ck.meta["history"]}
             assert steps == {1: ["rollout-000000/0", "rollout-000001/0"], 2: ["rollout-000002/0", "rollout-000003/0"]}
-        a, b = _weights(runs[0], 2), _weights(runs[1], 2)
+        a, b = published_weights(runs[0], 2), published_weights(runs[1], 2)
         assert all(np.array_equal(a[k], b[k]) for k in a)
     finally:
         for run in runs:
@@ -1135,7 +633,7 @@ def test_several_updates_a_step_clip_against_the_weights_before_the_step(tiny_mo
     from rl.learner.config import LearnerRole
     from rl.learner.trainer import Trainer
 
-    samples = [s for b in _rollout_batches(tiny_model, groups=4) for s in b]
+    samples = [s for b in rollout_batches(tiny_model, groups=4) for s in b]
     figures = {}
     for epochs, minibatches in ((1, 1), (2, 2)):
         raw = {"steps": 4, "samples_per_step": 8, "ppo_epochs": epochs, "minibatches": minibatches}
