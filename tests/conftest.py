@@ -173,6 +173,7 @@ STREAM_1_FILES = {
     "test_environments.py",
     "test_gateway.py",
     "test_generate.py",
+    "test_generator_role.py",
     "test_precision.py",
     "test_run.py",
     "test_scale.py",
@@ -280,3 +281,38 @@ def hf_worker(
     (cfg.run_dir / "endpoints").mkdir(parents=True)
     ctx = context_of(cfg, cfg.run_dir)
     return Worker(ctx, cfg.rollout), cfg, ctx.state
+
+
+# ---------------------------------------------------- the built-in model, shared by the generation tests
+
+
+@pytest.fixture(scope="session")
+def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A cache holding the built-in model, converted once for the session."""
+    from rl.model import ModelConfig, checkpoint
+
+    cache = tmp_path_factory.mktemp("sarl-cache")
+    checkpoint(ModelConfig(dtype="float32", cache_dir=cache))
+    return cache
+
+
+@pytest.fixture(scope="session")
+def model(model_cache: Path) -> Any:
+    from rl.model import ModelConfig
+
+    return ModelConfig(dtype="float32", cache_dir=model_cache)
+
+
+@pytest.fixture(scope="session")
+def tok(model: Any) -> Any:
+    from rl.model import checkpoint, load_tokenizer
+
+    return load_tokenizer(checkpoint(model))
+
+
+@pytest.fixture(scope="session")
+def hf(model: Any) -> Any:
+    from rl.engine import make_engine
+    from rl.engine.config import HFEngineConfig
+
+    return make_engine(HFEngineConfig(max_model_len=512), model)

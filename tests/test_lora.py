@@ -14,7 +14,7 @@ import numpy as np
 import openai
 import pytest
 from conftest import sarl, task_state, wait_for, write_config
-from test_learner import _rollout_batches, _state
+from learner_runs import learner_state, rollout_batches
 
 from rl.store.weights import WeightStore
 
@@ -49,7 +49,7 @@ def test_a_lora_learner_trains_adapters_alone_and_an_engine_merges_them_into_wha
 
     trainer = _trainer(tiny_model)
     base = load_file(str(tiny_model / "model.safetensors"))
-    batch = _rollout_batches(tiny_model, 2)[0]
+    batch = rollout_batches(tiny_model, 2)[0]
     for _ in range(3):
         assert trainer.step(batch) is not None
     module = trainer.engine.module
@@ -96,7 +96,7 @@ def test_a_corrupt_adapter_or_one_for_another_base_is_refused_and_the_engine_kee
     from rl.store import CorruptData, StoreError
 
     trainer = _trainer(tiny_model)
-    trainer.step(_rollout_batches(tiny_model, 2)[0])
+    trainer.step(rollout_batches(tiny_model, 2)[0])
     adapters, record = trainer.state_dict(), trainer.adapter_record()
     store = WeightStore(tmp_path / "store.zarr")
     store.publish(adapters, version=1, dtype=None, adapter=record, full_every=1)
@@ -127,13 +127,13 @@ def test_a_corrupt_adapter_or_one_for_another_base_is_refused_and_the_engine_kee
 
 
 def _lora_run(workdir: Path, tiny_model: Path, steps: int) -> Path:
-    from test_learner import _commit_rollouts, _config
+    from learner_runs import commit_rollouts, learner_config
 
     extra = f"keep_versions = 2\n[learner.lora]\nrank = {LORA['rank']}\nalpha = {LORA['alpha']}\n"
-    cfg = write_config(workdir, _config(tiny_model, steps, extra))
+    cfg = write_config(workdir, learner_config(tiny_model, steps, extra))
     sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
     run = workdir / "runs" / "l"
-    _commit_rollouts(run, tiny_model, groups=2 * steps)
+    commit_rollouts(run, tiny_model, groups=2 * steps)
     return run
 
 
@@ -149,7 +149,7 @@ def test_a_lora_run_stores_adapters_alone_exports_a_plain_checkpoint_and_is_serv
 
     run = _lora_run(workdir, tiny_model, steps=4)
     try:
-        wait_for(lambda: _state(run).get("done"), 600, "the LoRA learner")
+        wait_for(lambda: learner_state(run).get("done"), 600, "the LoRA learner")
     finally:
         sarl("cancel", str(run), cwd=workdir, check=False)
     store = WeightStore(run / "store.zarr")
@@ -190,14 +190,14 @@ def test_a_lora_run_stores_adapters_alone_exports_a_plain_checkpoint_and_is_serv
 
 
 def test_a_lora_config_is_checked_before_submission(workdir: Path, tiny_model: Path) -> None:
-    from test_learner import _config
+    from learner_runs import learner_config
 
     for extra, says in [
         ("train_top_layers = 1\n[learner.lora]\nrank = 4\n", "choose one way"),
         ("[learner.lora]\nrank = 0\n", "learner.lora.rank"),
         ("bf16 = true\n", "replaced by `precision`"),
     ]:
-        cfg = write_config(workdir, _config(tiny_model, 2, extra))
+        cfg = write_config(workdir, learner_config(tiny_model, 2, extra))
         out = sarl("submit", str(cfg), "--cluster", "local", cwd=workdir, check=False)
         assert out.returncode == 2 and says in out.stderr, out.stderr
         assert not (workdir / "runs").exists()
@@ -246,7 +246,8 @@ def test_a_generator_serves_each_new_adapter_version_after_its_publish(
     worker merges into its resident base) answers greedy requests, after
     each publish of an adapter version, as the unmerged peft model does."""
     import torch
-    from test_generate import GREEDY, _generator_config, _wait_endpoints
+    from generation_weights import GREEDY
+    from test_generator_role import _generator_config, _wait_endpoints
 
     from rl.generator.client import GeneratorClient
     from rl.model import ModelConfig, checkpoint

@@ -50,7 +50,7 @@ def test_auto_is_float32_where_the_cpu_has_no_bf16_and_bf16_where_it_has(cpuinfo
 
 @CPU_ONLY
 def test_a_learner_on_a_cpu_without_bf16_trains_in_float32(cpuinfo: Any, tiny_model: Path) -> None:
-    from test_learner import _rollout_batches
+    from learner_runs import rollout_batches
 
     from rl.learner.config import LearnerRole
     from rl.learner.trainer import Trainer
@@ -58,19 +58,19 @@ def test_a_learner_on_a_cpu_without_bf16_trains_in_float32(cpuinfo: Any, tiny_mo
     cpuinfo("fpu sse2 avx2 avx512f")
     trainer = Trainer(str(tiny_model), LearnerRole.model_validate({"samples_per_step": 4}))
     assert trainer.precision == "float32"
-    assert trainer.step(_rollout_batches(tiny_model, 2)[0]) is not None
+    assert trainer.step(rollout_batches(tiny_model, 2)[0]) is not None
 
 
 @pytest.mark.parametrize("mode", ["bf16-autocast", "bf16"])
 def test_a_step_in_bf16_moves_the_weights_as_float32_does(tiny_model: Path, mode: str) -> None:
     """The same step from the same weights in float32 and in a bf16 mode:
     close losses, and updates pointing the same way."""
-    from test_learner import _rollout_batches
+    from learner_runs import rollout_batches
 
     from rl.learner.config import LearnerRole
     from rl.learner.trainer import Trainer
 
-    batch = _rollout_batches(tiny_model, 2)[0]
+    batch = rollout_batches(tiny_model, 2)[0]
     moved, losses = {}, {}
     for how in ("float32", mode):
         lc = LearnerRole.model_validate({"samples_per_step": 4, "precision": how, "optimizer": {"lr": 1e-2}})

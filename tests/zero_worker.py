@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_learner import _rollout_batches  # noqa: E402
+from learner_runs import rollout_batches  # noqa: E402
 
 from rl.learner.config import LearnerRole  # noqa: E402
 from rl.learner.trainer import Trainer  # noqa: E402
@@ -41,7 +41,7 @@ def _same(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
 
 def main() -> None:
     model, work, stages = Path(sys.argv[1]), Path(sys.argv[2]), [int(x) for x in sys.argv[3:]]
-    first, second = _rollout_batches(model, groups=4, per_batch=2)[:2]
+    first, second = rollout_batches(model, groups=4, per_batch=2)[:2]
     for stage in stages:
         lc = LearnerRole.model_validate(
             {"zero_stage": stage, "samples_per_step": 4, "micro_batches": 2, "optimizer": {"lr": 1e-3}}
