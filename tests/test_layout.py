@@ -273,3 +273,9 @@ def test_every_class_name_is_defined_once() -> None:
                 if isinstance(node, ast.ClassDef):
                     where[node.name].append(f"{p.relative_to(REPO)}:{node.lineno}")
     assert not {name: at for name, at in where.items() if len(at) > 1}
+
+
+def test_no_test_file_is_over_800_lines() -> None:
+    """A test file past 800 lines holds more than one component's tests."""
+    long = {p.name: n for p in (REPO / "tests").glob("*.py") if (n := len(p.read_text().splitlines())) > 800}
+    assert not long
