@@ -100,7 +100,9 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     for role in ("generator", "rollout", "learner"):
         assert re.search(rf"^==> {role}/0 #1 \(job \d+ on .*\) stderr: ", logs, re.M), (role, logs)
     # the evaluations' per-task results are in the runs
-    assert (sft / "eval" / "v000000" / "gen.B-fresh" / "results.jsonl").is_file()
+    # greedy and sampled each in a folder of its own (a sampled evaluation once replaced the greedy results)
+    for mode in ("greedy.2turns", "t1-n2.2turns"):
+        assert (sft / "eval" / "v000000" / f"gen.B-fresh.{mode}" / "results.jsonl").is_file(), mode
     assert not (sft / "store.zarr").exists()  # weights dropped at the end unless --keep
     assert not list((sft / "checkpoints" / "learner").glob("step-*"))
 

@@ -15,7 +15,7 @@ import pytest
 from conftest import sarl, task_state, wait_for, write_config
 
 from rl.eval.passk import mean_and_se, pass_at_k
-from rl.eval.run import results_folder, summarise, task_result
+from rl.eval.run import play_mode, results_folder, summarise, task_result
 from rl.tasks.format import Task
 
 
@@ -51,21 +51,29 @@ def test_pass_at_k_matches_hand_computation() -> None:
 
 
 @pytest.mark.slow
-def test_two_task_files_of_one_name_keep_their_results_apart(tmp_path: Path) -> None:
+def test_two_task_files_of_one_name_and_two_ways_of_playing_keep_their_results_apart(tmp_path: Path) -> None:
     """`a/held.jsonl` and `b/held.jsonl` evaluated on one version: the first
-    is in `held/`, the second beside it under a digest of its path, and each
-    finds its own folder again (a second evaluation replaces its own)."""
+    is in `held.greedy.1turn/`, the second beside it under a digest of its
+    path, and each finds its own folder again (a second evaluation replaces
+    its own). The same file sampled, or played for more turns, is in a
+    folder of its own: a sampled evaluation once replaced the greedy one's
+    per-task results."""
     version = tmp_path / "eval" / "v000001"
     a, b = str(tmp_path / "a" / "held.jsonl"), str(tmp_path / "b" / "held.jsonl")
-    first = results_folder(version, a)
-    assert first == version / "held"
+    greedy = play_mode(0.0, 1, 1)
+    first = results_folder(version, a, greedy)
+    assert first == version / "held.greedy.1turn"
     first.mkdir(parents=True)
     (first / "summary.json").write_text(json.dumps({"tasks_file": a}))
-    second = results_folder(version, b)
-    assert second != first and second.name.startswith("held-") and second.parent == version
+    second = results_folder(version, b, greedy)
+    assert second != first and second.name.startswith("held.greedy.1turn-") and second.parent == version
     second.mkdir()
     (second / "summary.json").write_text(json.dumps({"tasks_file": b}))
-    assert results_folder(version, a) == first and results_folder(version, b) == second
+    assert results_folder(version, a, greedy) == first and results_folder(version, b, greedy) == second
+    others = {
+        results_folder(version, a, play_mode(t, n, k)).name for t, n, k in ((1.0, 8, 1), (0.0, 1, 3), (0.7, 1, 2))
+    }
+    assert others == {"held.t1-n8.1turn", "held.greedy.3turns", "held.t0.7-n1.2turns"}
 
 
 def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(workdir: Path, tiny_model: Path) -> None:
@@ -105,7 +113,8 @@ max_model_len = 1024
         own = json.loads(out.stdout)
         assert own["version"] == 0 and own["engine"] == "own" and own["tasks"] == 3 and own["samples"] == 6
         assert 0.0 <= own["pass@1"] <= 1.0 and own["se@1"] >= 0.0 and "pass@2" in own
-        folder = run / "eval" / "v000000" / "held"
+        folder = run / "eval" / "v000000" / "held.t0.8-n2.2turns"  # the agent's temperature, 2 samples, 2 turns
+        assert own["folder"] == str(folder)
         rows = [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()]
         assert [r["task_id"] for r in rows] == [f"gen/filtering/L1/s2-{i:05d}" for i in range(3)]
         assert all(r["n"] == 2 and sum(r["failures"].values()) == 2 - r["passed"] for r in rows)
@@ -215,7 +224,7 @@ max_tokens = 16
         assert sorted(state["evaluated"]) == ["0", "2"]
         assert all("pass@1" in state["evaluated"][v] and "se@2" in state["evaluated"][v] for v in ("0", "2"))
         for v in (0, 2):
-            summary = json.loads((run / "eval" / f"v{v:06d}" / "held" / "summary.json").read_text())
+            summary = json.loads((run / "eval" / f"v{v:06d}" / "held.t0.8-n2.1turn" / "summary.json").read_text())
             assert summary["version"] == v and summary["samples"] == 4 and summary["engine"] == "own"
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 

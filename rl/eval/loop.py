@@ -14,7 +14,7 @@ state, committed after each, so a requeued evaluator goes on with the next.
 A version that retention deleted before its turn is skipped and named.
 TensorBoard (`RUN/tb/eval/`, step: weight version): eval/pass@K, eval/se@K,
 eval/failures/REASON (share of samples), eval/minutes. Per-version
-results: RUN/eval/v<version>/<tasks>/.
+results: RUN/eval/v<version>/<tasks>.<mode>/ (rl.eval.run.results_folder).
 """
 
 from __future__ import annotations

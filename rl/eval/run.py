@@ -6,9 +6,10 @@
         the same prompts, turns, sandboxes and verifier), seeds fixed by
         (task, sample)
     pass@k per task (rl.eval.passk), their means with standard errors
-    -> RUN_DIR/eval/v<version>/<tasks>/results.jsonl (one line per task)
-       and summary.json, each written whole (<tasks>: the task file's name;
-       another file of the same name gets that name and a digest of its path)
+    -> RUN_DIR/eval/v<version>/<tasks>.<mode>/results.jsonl (one line per
+       task) and summary.json, each written whole (<tasks>: the task file's
+       name, another file of the same name gets a digest of its path;
+       <mode>: `greedy` or `t1-n8`, then the turns: `gen.U.greedy.1turn`)
 
 An engine started here serves through the product's own generator service
 and client, announced in a folder of its own (never the run's endpoints,
@@ -122,11 +123,22 @@ def task_result(
     )
 
 
-def results_folder(version_dir: Path, tasks_file: str) -> Path:
-    """Where a version's results on `tasks_file` go: a folder named by the
-    file, unless another file of that name already holds it (two `held.jsonl`
-    in different folders), then the name with a digest of the file's path."""
-    folder = version_dir / Path(tasks_file).name.removesuffix(".jsonl")
+def play_mode(temperature: float, n: int, max_turns: int) -> str:
+    """How the episodes were played, as a folder name's suffix: `greedy` or
+    `t1-n8` (temperature, samples a task), then the turns (`1turn`,
+    `3turns`). A greedy evaluation and a sampled one of the same tasks keep
+    their per-task results apart."""
+    sampling = "greedy" if temperature == 0 and n == 1 else f"t{temperature:g}-n{n}"
+    return f"{sampling}.{max_turns}turn{'s' if max_turns > 1 else ''}"
+
+
+def results_folder(version_dir: Path, tasks_file: str, mode: str) -> Path:
+    """Where a version's results on `tasks_file` played in `mode` go
+    (`gen.U.greedy.1turn`): a folder named by the file and the mode, unless
+    another file of that name already holds it (two `held.jsonl` in
+    different folders), then the name with a digest of the file's path. The
+    same file played the same way again replaces the results."""
+    folder = version_dir / f"{Path(tasks_file).name.removesuffix('.jsonl')}.{mode}"
     with contextlib.suppress(FileNotFoundError, ValueError, KeyError):
         if json.loads((folder / "summary.json").read_text())["tasks_file"] != tasks_file:
             return folder.with_name(folder.name + "-" + hashlib.sha256(tasks_file.encode()).hexdigest()[:8])
@@ -334,7 +346,8 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
     summary.update(summarise(results, ks))
     summary["minutes"] = round((time.monotonic() - t0) / 60, 2)
     summary["temperature"] = agent.temperature
-    folder = results_folder(Path(ctx.run_dir) / "eval" / f"v{version:06d}", tasks_file)
+    mode = play_mode(agent.temperature, n, agent.max_turns)
+    folder = results_folder(Path(ctx.run_dir) / "eval" / f"v{version:06d}", tasks_file, mode)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / "results.jsonl", "".join(json.dumps(asdict(r)) + "\n" for r in results))
     atomic_write(folder / "summary.json", json.dumps(summary, indent=1) + "\n")
