@@ -43,7 +43,7 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
             assert list(gains) == ["sft_minus_base", "rl_minus_sft", "rl_minus_control"]
             for name, g in gains.items():
                 a, b = name.split("_minus_")
-                assert g["se"] >= 0.0
+                assert g["se"] >= 0.0 and g["se_templates"] >= 0.0 and 1 <= g["templates"] <= 6
                 assert g["points"] == pytest.approx(100 * (cells[a]["pass@1"] - cells[b]["pass@1"]), abs=0.1)
     # the sets by role, each leak-checked at both levels
     assert r["sets"]["A"] > 0 and r["sets"]["B"] > 0 and r["sets"]["B_fresh"] == r["sets"]["U"] == 6

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import sarl, task_state, wait_for, write_config
 
-from rl.eval.passk import mean_and_se, pass_at_k
+from rl.eval.passk import clustered_se, mean_and_se, pass_at_k
 from rl.eval.run import play_mode, results_folder, summarise, task_result
 from rl.tasks.format import Task
 
@@ -48,6 +48,23 @@ def test_pass_at_k_matches_hand_computation() -> None:
     two = task_result(tasks[0], [True, False, True, False], ["", "wrong", "", "crash"], [1, 2, 2, 2], [1])
     s = summarise([two], [1])
     assert (s["crash_share"], s["turn_2_share"], s["turn_2_fix_rate"]) == (0.25, 0.75, round(1 / 3, 4))
+
+
+def test_the_error_clustered_by_template_counts_templates_not_instances() -> None:
+    """Eight instances of each of five templates, all of a template moving
+    together: the per-task error is that of 40 observations, the clustered
+    one that of 5 (about sqrt(8) larger). Independent instances, one per
+    template, give the per-task error again."""
+    per_template = [1.0, 1.0, 0.0, 1.0, 0.0]
+    values = [v for v in per_template for _ in range(8)]
+    clusters = [f"t{g}" for g in range(5) for _ in range(8)]
+    _, se = mean_and_se(values)
+    assert clustered_se(values, clusters) == pytest.approx(mean_and_se(per_template)[1], rel=1e-9)
+    assert clustered_se(values, clusters) > 2.5 * se
+    alone = [1.0, 0.0, 1.0, 1.0, 0.0, 0.0]
+    singles = [str(i) for i in range(6)]
+    assert clustered_se(alone, singles) == pytest.approx(mean_and_se(alone)[1])
+    assert clustered_se([0.5, 0.5], ["a", "a"]) == 0.0  # one cluster: no error can be told
 
 
 @pytest.mark.slow

@@ -264,6 +264,9 @@ def _reinforce(c: _Chain, name: str) -> None:
 def _evaluate(c: _Chain, turns: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """Every stage on every set, with the turns the RL run played (the agent it
     trained): the cells, and the paired differences between stages."""
+    from rl.tasks.format import read_tasks
+    from rl.tasks.leakage import template
+
     extra = [*c.evals_extra, "--max-turns", str(turns)]
     evals: dict[str, Any] = {}
     gains: dict[str, Any] = {}
@@ -271,6 +274,7 @@ def _evaluate(c: _Chain, turns: int) -> tuple[dict[str, Any], dict[str, Any]]:
         if where not in c.args.evaluate_on or (c.quick and where == "humaneval"):
             continue  # --quick runs the chain; HumanEval is one more set of the same evaluations
         modes = {"greedy": 1, **({"sampled": c.samples} if where in c.args.sampled_on else {})}
+        templates = {t.task_id: template(t) for t in read_tasks(c.work / tasks)}
         for mode, n in modes.items():
             folders, cells = {}, {}
             for stage in STAGES:
@@ -280,7 +284,7 @@ def _evaluate(c: _Chain, turns: int) -> tuple[dict[str, Any], dict[str, Any]]:
                 cells[stage] = {k: e.get(k) for k in (*EVAL_KEYS, f"pass@{n}", f"se@{n}")}
             evals.setdefault(where, {})[mode] = cells
             gains.setdefault(where, {})[mode] = {
-                f"{a}_minus_{b}": _paired_gain(folders[b], folders[a]) for a, b in GAINS
+                f"{a}_minus_{b}": _paired_gain(folders[b], folders[a], templates) for a, b in GAINS
             }
     return evals, gains
 
@@ -333,19 +337,30 @@ def _max_turns(frozen: Path) -> int:
     return int(tomllib.loads(frozen.read_text())["rollout"]["agent"]["max_turns"])
 
 
-def _paired_gain(before: Path, after: Path) -> dict[str, float]:
+def _paired_gain(before: Path, after: Path, templates: dict[str, str]) -> dict[str, float]:
     """The per-task change of pass@1, in points, with its standard error:
     both evaluations ran on the same tasks, so the pairing removes the
-    spread of task difficulty from the error."""
-    from rl.eval.passk import mean_and_se
+    spread of task difficulty from the error. `se_templates` is the same
+    error clustered by template (`templates`: task id -> template): the
+    instances of one template pass or fail together, so it is the honest
+    margin where a set has few templates; `templates` counts them."""
+    from rl.eval.passk import clustered_se, mean_and_se
 
     def per_task(folder: Path) -> dict[str, float]:
         rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line]
         return {r["task_id"]: r["pass_at"]["pass@1"] for r in rows}
 
     b, a = per_task(before), per_task(after)
-    m, se = mean_and_se([a[t] - b[t] for t in sorted(b.keys() & a.keys())])
-    return {"points": round(100 * m, 2), "se": round(100 * se, 2)}
+    ids = sorted(b.keys() & a.keys())
+    diffs = [a[t] - b[t] for t in ids]
+    m, se = mean_and_se(diffs)
+    clusters = [templates.get(t, t) for t in ids]
+    return {
+        "points": round(100 * m, 2),
+        "se": round(100 * se, 2),
+        "se_templates": round(100 * clustered_se(diffs, clusters), 2),
+        "templates": len(set(clusters)),
+    }
 
 
 def _lines(r: dict[str, Any]) -> list[str]:
@@ -354,7 +369,8 @@ def _lines(r: dict[str, Any]) -> list[str]:
 
     m = r["minutes"]
     out = [
-        f"learn: pass@1 by stage (paired standard errors in points), {m['all']:.1f} min in all "
+        "learn: pass@1 by stage (paired standard errors in points, by task and by template), "
+        f"{m['all']:.1f} min in all "
         f"(SFT {m['sft']:.1f}, band {m['band']:.1f}, RL {m['rl']:.1f}, control {m['control']:.1f}, "
         f"evaluations {m['evals']:.1f}); up to {r['max_turns']} turns"
         + (" [--quick: not a measurement]" if r["quick"] else ""),
@@ -376,7 +392,7 @@ def _lines(r: dict[str, Any]) -> list[str]:
             out.append(f"  {'  reward / crash':<26}" + "".join(
                 f"{c['reward_mean']:.2f} / {pct(c['crash_share'])}".rjust(16) for c in cells.values()))  # fmt: skip
             out.append("    " + "   ".join(
-                f"{k.replace('_minus_', ' - ')} {g['points']:+.1f} +- {g['se']:.1f}"
+                f"{k.replace('_minus_', ' - ')} {g['points']:+.1f} +- {g['se']:.1f} ({g['se_templates']:.1f} by tmpl)"
                 for k, g in r["gains"][where][mode].items()))  # fmt: skip
     out.append("  targets on B': rl - sft >= +10 points sampled and >= +5 greedy, each >= 2 se; rl - control >= 2 se;"
                " on U and HumanEval rl - sft not below -1 se")  # fmt: skip

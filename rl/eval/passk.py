@@ -25,6 +25,23 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
+def clustered_se(values: list[float], clusters: list[str]) -> float:
+    """The standard error of the mean of `values` when those of one cluster
+    (tasks of one template) move together: the cluster-robust (sandwich)
+    estimate, sqrt(G / (G - 1)) * sqrt(sum over clusters of their summed
+    residuals squared) / n. Forty instances of five templates are closer to
+    five observations than to forty; the per-task error would claim forty."""
+    n, groups = len(values), set(clusters)
+    if n == 0 or len(groups) < 2:
+        return 0.0
+    m = sum(values) / n
+    sums: dict[str, float] = {}
+    for v, c in zip(values, clusters, strict=True):
+        sums[c] = sums.get(c, 0.0) + (v - m)
+    g = len(groups)
+    return math.sqrt(g / (g - 1)) * math.sqrt(sum(s * s for s in sums.values())) / n
+
+
 def mean_and_se(values: list[float]) -> tuple[float, float]:
     if not values:
         return 0.0, 0.0
