@@ -82,7 +82,7 @@ QUICKSTART_NOW = Shape(steps=5, groups_per_step=8, group_size=8, max_tokens=256,
 """Its shape now: a step's 64 replies fill the engine's batch."""
 
 COMPUTE = {
-    "before": {"dtype": "float32", "learner": 'precision = "float32"\nmicro_batches = 2\n'},
+    "before": {"dtype": "float32", "learner": 'precision = "float32"\nmicro_batches = 2\nshare_prefixes = false\n'},
     "after": {"dtype": "auto", "learner": 'precision = "auto"\n[learner.lora]\nrank = 16\nalpha = 32\n'},
 }
 """`--vs compute`: the quickstart's compute until this round, and now."""

@@ -103,6 +103,12 @@ class LearnerRole(RoleConfig):
     micro_batches: int | None = Field(None, ge=1, le=1024)
     """Instead of the token budget: split each step into exactly this many
     micro-batches of about equal tokens."""
+    share_prefixes: bool = True
+    """Compute a group's shared prompt once for all its replies: with the
+    token budget, such a group is a micro-batch of its own, and its replies
+    attend to one pass over the prompt (a key-value cache). The log-probs
+    and gradients are those of one pass a reply, within float rounding.
+    Off under ZeRO-3 and for models whose decoder cannot be called apart."""
     publish_every: int = Field(1, ge=1)
     """Publish a weight version every this many steps (and at the last)."""
     checkpoint_every: int = Field(1, ge=1, json_schema_extra=SAFE)

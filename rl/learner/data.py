@@ -16,7 +16,10 @@ read is skipped with its reason, never trained on.
 
 Micro-batches split a step's samples into `micro_batches` parts of about
 equal token counts (longest first, each to the lightest part), or pack
-them under a token budget (`micro_batch_tokens`).
+them under a token budget (`micro_batch_tokens`). Under a budget with
+`share_prefixes`, a group whose replies share a long prompt is a
+micro-batch of its own (or several, when it is over the budget), so that
+the learner computes that prompt once for the group (rl.learner.trainer).
 """
 
 from __future__ import annotations
@@ -165,15 +168,47 @@ def shuffled_rewards(samples: list[Sample], seed: int, step: int) -> list[Sample
     return [dataclasses.replace(s, reward=samples[int(j)].reward) for s, j in zip(samples, order, strict=True)]
 
 
+MIN_SHARED_PREFIX = 32
+"""Shared tokens below which a group is packed with the others: computing
+a short prompt once saves less than a micro-batch of its own costs."""
+
+
+def shared_prefix(samples: list[Sample]) -> int:
+    """How many leading tokens the learner may compute once for all of
+    `samples`: those they all begin with, up to the position before the
+    first trained token of any (its logits, at that position, must come
+    from each sample's own pass). 0 for fewer than two samples."""
+    if len(samples) < 2:
+        return 0
+    first = samples[0].tokens
+    n = min(len(s.tokens) for s in samples)
+    for s in samples:
+        trained = np.flatnonzero(np.asarray(s.loss_mask) > 0)
+        n = min(n, (int(trained[0]) if trained.size else len(s.tokens)) - 1)
+        differ = np.flatnonzero(np.asarray(s.tokens[:n]) != np.asarray(first[:n]))
+        if differ.size:
+            n = int(differ[0])
+    return max(n, 0)
+
+
 def micro_batches(
-    samples: list[Sample], parts: int | None = None, token_budget: int | None = None
+    samples: list[Sample],
+    parts: int | None = None,
+    token_budget: int | None = None,
+    share_prefixes: bool = False,
 ) -> list[list[Sample]]:
     """Split a step's samples into micro-batches, longest first.
 
     `parts`: that many lists of about equal token counts (some empty when
     there are fewer samples). `token_budget`: as few lists as first-fit
     finds whose padded size (longest sample x count: what the forward
-    holds) is at most the budget; a sample longer than it goes alone."""
+    holds) is at most the budget; a sample longer than it goes alone.
+    With the budget and `share_prefixes`, each group whose samples share
+    `MIN_SHARED_PREFIX` tokens or more comes first, whole, as micro-batches
+    of its own, cut where their size (the prefix once, the longest rest x
+    count) would pass the budget; the other samples are packed as above."""
+    if token_budget is not None and share_prefixes:
+        return _prefix_families(samples, token_budget)
     order = sorted(samples, key=lambda s: -len(s.tokens))
     if token_budget is None:
         n = parts or 1
@@ -193,3 +228,24 @@ def micro_batches(
         else:
             packed.append([s])
     return packed
+
+
+def _prefix_families(samples: list[Sample], token_budget: int) -> list[list[Sample]]:
+    groups: dict[int, list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(s.group_id, []).append(s)
+    families: list[list[Sample]] = []
+    rest: list[Sample] = []
+    for members in groups.values():
+        p = shared_prefix(members)
+        if p < MIN_SHARED_PREFIX:
+            rest += members
+            continue
+        chunk: list[Sample] = []
+        for s in sorted(members, key=lambda s: -len(s.tokens)):  # a chunk's first is its longest
+            if chunk and p + (len(chunk) + 1) * (len(chunk[0].tokens) - p) > token_budget:
+                families.append(chunk)
+                chunk = []
+            chunk.append(s)
+        families.append(chunk)
+    return families + (micro_batches(rest, token_budget=token_budget) if rest else [])

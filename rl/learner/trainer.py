@@ -23,7 +23,7 @@ import torch
 from rl.learner import dist
 from rl.learner.config import LearnerRole
 from rl.learner.correction import correct
-from rl.learner.data import micro_batches
+from rl.learner.data import MIN_SHARED_PREFIX, micro_batches, shared_prefix
 from rl.learner.losses import LossInputs
 from rl.store import Sample
 
@@ -57,7 +57,12 @@ spaced, the sum scaled up): a diagnostic that cost a tenth of a step."""
 
 
 def token_logprobs(
-    model: Any, ids: torch.Tensor, attn: torch.Tensor, mask: torch.Tensor, temperature: float | torch.Tensor = 1.0
+    model: Any,
+    ids: torch.Tensor,
+    attn: torch.Tensor,
+    mask: torch.Tensor,
+    temperature: float | torch.Tensor = 1.0,
+    prefix: int = 0,
 ) -> tuple[Any, Any, Any]:
     """(log-probs of tokens 1..T-1 given those before, the summed entropy
     where tokens are trained, the positions computed), of the distribution
@@ -71,13 +76,21 @@ def token_logprobs(
     over prompts and padding). Elsewhere the log-probs are 0, and masked
     out. A log-prob is the token's logit less the log-sum-exp of its row, in
     float32 (no whole log-softmax is kept); the entropy is measured at
-    ENTROPY_ROWS positions at most."""
+    ENTROPY_ROWS positions at most.
+
+    `prefix`: every row begins with these tokens and trains none of them
+    before position `prefix` (rl.learner.data.shared_prefix). They are
+    computed once, for the first row, and every row's own tokens attend to
+    that one copy: a group's prompt costs one pass instead of one a reply.
+    The gradient reaching the prompt is the sum of every row's, as when
+    each row computed it."""
     trained = mask[:, 1:] > 0  # the logits at position p predict token p + 1
     rows, cols = trained.nonzero(as_tuple=True)
     if rows.numel() == 0:  # nothing trained (a weight-0 pass): one position keeps the graph
         rows = torch.zeros(1, dtype=torch.long, device=ids.device)
         cols = torch.tensor([ids.shape[1] - 2], device=ids.device)
-    logits = _logits_at(model, ids, attn, rows, cols)
+        prefix = 0
+    logits = _logits_at(model, ids, attn, rows, cols, prefix)
     if isinstance(temperature, torch.Tensor) and bool((temperature == 1.0).all()):
         temperature = 1.0
     if isinstance(temperature, torch.Tensor):
@@ -95,11 +108,15 @@ def token_logprobs(
     return logp, entropy, cols.unique()
 
 
-def _logits_at(model: Any, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor) -> Any:
+def _logits_at(
+    model: Any, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, prefix: int = 0
+) -> Any:
     """float32 logits at (row, position) pairs: the decoder's last hidden
-    states there, through the output layer. A model whose parts cannot be
-    found that way (or that transforms its logits, as a soft cap does) runs
-    whole, its logits taken at those positions. So does a model under
+    states there, through the output layer; the shared `prefix` (see
+    token_logprobs) once, as a key-value cache that every row extends. A
+    model whose parts cannot be found that way (or that transforms its
+    logits, as a soft cap does) runs whole, its logits taken at those
+    positions, and computes every row's prefix. So does a model under
     ZeRO-3: its weights are gathered by the engine's forward, and the output
     layer called apart from it trained the tied embeddings wrongly (every
     weight off by up to 2 x lr after one step, tests/test_learner.py)."""
@@ -112,8 +129,14 @@ def _logits_at(model: Any, ids: torch.Tensor, attn: torch.Tensor, rows: torch.Te
         keep = cols.unique()
         out = model(input_ids=ids, attention_mask=attn, logits_to_keep=keep).logits
         return out[rows, torch.searchsorted(keep, cols)].float()
-    hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
-    return head(hidden[rows, cols]).float()
+    if prefix <= 0:
+        hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+        return head(hidden[rows, cols]).float()
+    cache = decoder(input_ids=ids[:1, :prefix], use_cache=True).past_key_values
+    cache.batch_repeat_interleave(ids.shape[0])  # a copy a row, each a view of one graph
+    # right padding: every row's own tokens start at `prefix`, the positions the cache implies
+    hidden = decoder(input_ids=ids[:, prefix:], attention_mask=attn, past_key_values=cache, use_cache=True)
+    return head(hidden.last_hidden_state[rows, cols - prefix]).float()
 
 
 def freeze_below(model: Any, top: int) -> None:
@@ -263,17 +286,23 @@ class Trainer:
         temps = torch.tensor([s.temperature if s.temperature > 0 else 1.0 for s in samples])
         dev = self.engine.device
         ids, attn, mask, behaviour, temps = (t.to(dev) for t in (ids, attn, mask, behaviour, temps))
+        p = shared_prefix(samples) if self.lc.share_prefixes else 0
+        p = p if p >= MIN_SHARED_PREFIX else 0
         with self._autocast():
-            logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask, temps)
+            logp, entropy, _ = token_logprobs(self.engine, ids, attn, mask, temps, p)
         out = {"logp": logp, "mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "entropy_sum": entropy}
         if self.lc.loss.kl_coef > 0:  # the base model's log-probs: a frozen copy, or the adapters switched off
             with torch.no_grad(), self._autocast():
                 if self.reference is not None:
-                    out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask, temps)[0]
+                    out["ref_logp"] = token_logprobs(self.reference, ids, attn, mask, temps, p)[0]
                 else:
                     with self.engine.module.disable_adapter():
-                        out["ref_logp"] = token_logprobs(self.engine, ids, attn, mask, temps)[0]
+                        out["ref_logp"] = token_logprobs(self.engine, ids, attn, mask, temps, p)[0]
         return out
+
+    def _micro_batches(self, samples: list[Sample]) -> list[list[Sample]]:
+        lc = self.lc
+        return micro_batches(samples, lc.micro_batches, lc.micro_batch_tokens, lc.share_prefixes)
 
     # ------------------------------------------------------------------ step
     def step(self, samples: list[Sample]) -> dict[str, float] | None:
@@ -328,7 +357,7 @@ class Trainer:
         against."""
         out: dict[int, torch.Tensor] = {}
         with torch.no_grad():
-            for part in micro_batches(samples, self.lc.micro_batches, self.lc.micro_batch_tokens):
+            for part in self._micro_batches(samples):
                 if not part:
                     continue
                 logp = self._forward(part)["logp"].cpu()
@@ -347,7 +376,7 @@ class Trainer:
         loss_cfg = self.lc.loss
         lengths = torch.tensor([int(np.asarray(s.loss_mask).sum()) for s in samples])
         index = {id(s): i for i, s in enumerate(samples)}
-        parts = micro_batches(samples, self.lc.micro_batches, self.lc.micro_batch_tokens)
+        parts = self._micro_batches(samples)
         parts += [[] for _ in range(-len(parts) % self.world)]  # each rank the same number of passes
         mine = parts[self.rank :: self.world]
         unit = loss_cfg.unit
