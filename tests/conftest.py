@@ -178,6 +178,7 @@ STREAM_1_FILES = {
     "test_run.py",
     "test_scale.py",
     "test_slurm.py",
+    "test_task_sets.py",
 }
 
 
