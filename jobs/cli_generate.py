@@ -3,7 +3,7 @@ generators, to check that they serve and which weight version answers; it
 asks as any OpenAI client does, through the endpoint (rl.gateway).
 `sarl generate RUN_DIR --task TASKS.jsonl:TASK_ID`: one whole episode of a
 task, played by the same agent and environment as rollouts and `sarl eval`
-(rl.rollout.episode), printed turn by turn with its verdict."""
+(rl.episodes.episode), printed turn by turn with its verdict."""
 
 from __future__ import annotations
 
@@ -34,8 +34,8 @@ def generate(args: argparse.Namespace) -> int:
     from jobs.cli_run import run_dir
     from jobs.output import emit_json
     from rl.engine import BadRequest
-    from rl.generator.client import GeneratorClient
     from rl.model import checkpoint, load_tokenizer
+    from rl.serving.client import GeneratorClient
 
     if (args.message is None) == (args.task is None):
         print("sarl generate: give a MESSAGE or --task TASKS.jsonl:TASK_ID (one of them)", file=sys.stderr)

@@ -16,8 +16,8 @@ from rl.agent.config import AgentConfig
 from rl.agent.observe import describe, run_action
 from rl.agent.tokens import ObservationTokens
 from rl.engine.config import HFEngineConfig, SamplingParams
+from rl.episodes.episode import run_episode
 from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
-from rl.rollout.episode import run_episode
 from rl.store import Sample, Store
 from rl.tasks.importers import doctest_examples, import_humaneval
 from rl.verify.config import VerifyConfig
@@ -149,7 +149,7 @@ def test_a_hanging_solution_is_cut_by_the_episode_deadline(tok: Any) -> None:
     """A scripted policy (its replies are fixed; the sandbox, the run and the
     verifier are real) writes code that never returns."""
     from rl.engine import Completion
-    from rl.rollout.samples import failure_of
+    from rl.episodes.samples import failure_of
 
     reply = "```python\ndef has_close_elements(numbers, threshold):\n    while True:\n        pass\n```"
     ids = tok.encode(reply, add_special_tokens=False)

@@ -25,8 +25,8 @@ from rl.agent.tools import TOOL_FAILURES, parse_calls
 from rl.agent.workspace import TOOLS
 from rl.engine import Completion
 from rl.engine.config import SamplingParams
+from rl.episodes.episode import run_episode
 from rl.model import ModelConfig, checkpoint, load_tokenizer
-from rl.rollout.episode import run_episode
 from rl.tasks.format import Task
 from rl.tasks.workspaces import workspace_tasks
 from rl.verify.config import VerifyConfig
@@ -590,7 +590,7 @@ def test_a_rollout_worker_gives_up_a_group_whose_environment_fails_and_trains_on
     from conftest import hf_worker
 
     from rl.engine import make_engine
-    from rl.generator.inprocess import serving
+    from rl.serving.inprocess import serving
     from rl.tasks.format import write_tasks
 
     name = _module(

@@ -32,8 +32,8 @@ class Live:
         from rl.gateway.backends import ServiceBackend
         from rl.gateway.capture import Sessions
         from rl.gateway.server import Gateway
-        from rl.generator.service import GeneratorServer
         from rl.model import ModelConfig, checkpoint, load_tokenizer
+        from rl.serving.service import GeneratorServer
 
         cfg = ModelConfig(path=str(model), dtype="float32") if model else ModelConfig(dtype="float32")
         self.engine = make_engine(HFEngineConfig(max_model_len=max_model_len), cfg)

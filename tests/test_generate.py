@@ -20,10 +20,10 @@ from generation_weights import GREEDY, base, corrupt, prompt, two_versions
 
 from rl.engine import BadRequest
 from rl.engine.config import SamplingParams
-from rl.generator.client import GeneratorClient, NoGenerator
-from rl.generator.endpoint import run_secret
-from rl.generator.service import GeneratorServer
 from rl.model import ModelConfig, chat_ids, checkpoint
+from rl.serving.announcements import run_secret
+from rl.serving.client import GeneratorClient, NoGenerator
+from rl.serving.service import GeneratorServer
 
 pytestmark = [pytest.mark.slow]
 
@@ -438,8 +438,8 @@ def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are
 
     from rl.engine import make_engine
     from rl.engine.config import VLLMEngineConfig
-    from rl.generator.inprocess import serving
     from rl.learner.trainer import token_logprobs
+    from rl.serving.inprocess import serving
 
     # a small step makes a burst of short prompts overflow it: the same path as 8,192 tokens
     # of long prompts, for a third of the compute

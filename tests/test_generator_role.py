@@ -20,9 +20,9 @@ import pytest
 from conftest import sarl, task_state, wait_for, write_config
 from generation_weights import GREEDY, corrupt, perturbed, prompt
 
-from rl.generator.client import GeneratorClient
-from rl.generator.endpoint import read_endpoints, run_secret
 from rl.model import ModelConfig
+from rl.serving.announcements import read_endpoints, run_secret
+from rl.serving.client import GeneratorClient
 from rl.store.weights import WeightStore
 
 pytestmark = [pytest.mark.slow]

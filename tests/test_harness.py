@@ -31,9 +31,9 @@ def test_a_harness_episode_stores_exactly_the_ids_the_engine_sampled(tmp_path: P
 
     from rl.engine import make_engine
     from rl.engine.config import SamplingParams
-    from rl.generator.client import GeneratorClient
-    from rl.generator.inprocess import serving
     from rl.rollout.worker import episode_seed
+    from rl.serving.client import GeneratorClient
+    from rl.serving.inprocess import serving
     from rl.tasks.format import write_tasks
 
     tasks_file = tmp_path / "tasks.jsonl"
@@ -131,10 +131,10 @@ def test_a_harness_program_reaches_its_endpoint_with_its_own_key_and_nothing_els
     from rl.gateway.backends import ClientBackend
     from rl.gateway.capture import Sessions
     from rl.gateway.server import Gateway
-    from rl.generator.client import GeneratorClient
-    from rl.generator.inprocess import serving
     from rl.model import ModelConfig, load_tokenizer
     from rl.rollout.harness import run_harness
+    from rl.serving.client import GeneratorClient
+    from rl.serving.inprocess import serving
     from rl.verify.config import VerifyConfig
     from rl.verify.verifier import Verifier
     from sandboxes.bwrap import BwrapSandbox
@@ -204,10 +204,10 @@ def test_a_program_cut_by_its_deadline_after_waiting_for_a_generator_is_retried_
     from rl.gateway.backends import ClientBackend
     from rl.gateway.capture import Sessions
     from rl.gateway.server import Gateway
-    from rl.generator.client import GeneratorClient
-    from rl.generator.inprocess import serving
     from rl.model import ModelConfig, load_tokenizer
     from rl.rollout.harness import EndpointFailed, run_harness
+    from rl.serving.client import GeneratorClient
+    from rl.serving.inprocess import serving
     from rl.verify.config import VerifyConfig
     from rl.verify.verifier import Verifier
     from sandboxes.bwrap import BwrapSandbox

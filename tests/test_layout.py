@@ -27,20 +27,22 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("engines, checks and the agent", ["rl.engine", "rl.verify", "rl.agent"]),
     ("the run context", ["rl.context"]),
     (
-        "the roles, in submission order, with the endpoint in front of the generators",
-        [p for name in ROLES for p in ([f"rl.{name}", "rl.gateway"] if name == "generator" else [f"rl.{name}"])],
+        "what every role may use: the generators' service and client, the OpenAI endpoint in front of them, "
+        "the episode",
+        ["rl.serving", "rl.gateway", "rl.episodes"],
     ),
+    ("the roles, in submission order", [f"rl.{name}" for name in ROLES]),
     ("the run schema", ["rl.config", "rl.configdoc"]),
     ("the run machinery", ["rl.run"]),
     ("tools", ["rl.chaos", "rl.bench"]),
     ("entry points", ["jobs"]),
 ]
 """Lowest first. A module imports modules of lower layers, of its own
-package, and of packages listed before its own in its layer: a role's
-package may use the packages of roles submitted before it (eval uses the
-rollouts' episode, which uses the generators' client); the OpenAI endpoint
-(rl.gateway) stands between the generators it reaches and the rollouts
-whose harness programs call it. Config sections
+package, and of packages listed before its own in its layer: the OpenAI
+endpoint (rl.gateway) uses the generators' client (rl.serving), the
+episode (rl.episodes) plays through either. No role's package imports
+another's (test_no_role_imports_another): what several roles use lives a
+layer below them. Config sections
 (`*/config.py`) form the schema layer: they import only the foundations,
 other sections, and the model's and the losses' sections."""
 
@@ -152,6 +154,23 @@ def test_no_module_imports_a_higher_layer() -> None:
                 continue  # a config section takes the model's and the losses' sections
             upward.append(f"{a} -> {b}")
     assert upward == []
+
+
+def test_no_role_imports_another() -> None:
+    """What two roles share lives below them (rl.serving, rl.episodes), so
+    that a role can change without reading the others; their config
+    sections may still read each other (values are resolved in rl.config)."""
+    roles = {f"rl.{name}" for name in ROLES}
+    across = [
+        f"{a} -> {b}"
+        for a, targets in sorted(GRAPH.items())
+        for b in sorted(targets)
+        if _package(a) in roles
+        and _package(b) in roles
+        and _package(a) != _package(b)
+        and not (a.endswith(".config") and b.endswith(".config"))
+    ]
+    assert across == []
 
 
 def test_config_sections_are_pydantic_only() -> None:

@@ -285,8 +285,8 @@ def _learn(workdir: Path, tiny_model: Path, name: str, shuffle: bool, rounds: in
     The control shuffles the rewards over the round's samples: the same
     updates in size, no signal. Returns each round's mean reward."""
     from rl.engine.config import SamplingParams
-    from rl.generator.client import GeneratorClient
     from rl.model import chat_ids, load_tokenizer
+    from rl.serving.client import GeneratorClient
 
     folder = workdir / name
     folder.mkdir()

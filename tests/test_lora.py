@@ -249,8 +249,8 @@ def test_a_generator_serves_each_new_adapter_version_after_its_publish(
     from generation_weights import GREEDY
     from test_generator_role import _generator_config, _wait_endpoints
 
-    from rl.generator.client import GeneratorClient
     from rl.model import ModelConfig, checkpoint
+    from rl.serving.client import GeneratorClient
 
     folder = tiny_model if backend == "hf" else checkpoint(ModelConfig(dtype="float32"))
     cfg = write_config(workdir, _generator_config(folder, backend, 1, "local"))

@@ -50,6 +50,6 @@ def test_the_report_sets_the_control_beside_the_run_and_names_the_difference(tmp
     ],
 )
 def test_the_agents_turn_figures(counts: tuple[int, int, int, int], want: dict[str, float | None]) -> None:
-    from rl.rollout.samples import agent_shares
+    from rl.episodes.samples import agent_shares
 
     assert agent_shares(*counts) == want

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 from conftest import hf_worker, sarl, status, task_state, wait_for, write_config
 
-from rl.rollout.samples import POLICY_FAILURES
+from rl.episodes.samples import POLICY_FAILURES
 from rl.store import Store
 from rl.tasks.format import write_tasks
 from rl.tasks.importers import import_humaneval
@@ -411,8 +411,8 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     import threading
 
     from rl.engine import make_engine
-    from rl.generator.inprocess import serving
     from rl.rollout.worker import Worker
+    from rl.serving.inprocess import serving
 
     def worker(name: str, wait_s: float, deadline_s: float) -> tuple[Worker, Any, dict]:
         rollout = {"groups": 1, "group_size": 2, "concurrency": 2, "max_retries": 1, "generator_wait_s": wait_s,
@@ -463,7 +463,7 @@ def test_a_groups_first_replies_are_one_request_with_n(tmp_path: Path, tasks_fil
     Both ways commit every episode once, and the group's request is seeded by
     the group: a second run of it samples the same replies."""
     from rl.engine import make_engine
-    from rl.generator.inprocess import serving
+    from rl.serving.inprocess import serving
 
     def play(name: str, group_request: bool) -> tuple[int, dict[str, list[int]]]:
         rollout = {"groups": 2, "group_size": 3, "concurrency": 6, "group_request": group_request,

@@ -12,7 +12,7 @@ examples/echo_env.py). One instance plays one episode:
     final = env.final()              -> Final(completion, files)
     env.verify(final)                -> a Verdict, or {check: score in [0, 1]}
 
-The episode loop (rl.rollout.episode) owns the tokens: the environment sees
+The episode loop (rl.episodes.episode) owns the tokens: the environment sees
 and returns text only, so it can never change an id that was sampled. An
 exception raised by an environment is an infrastructure failure
 (`EnvironmentFailed`): the episode is never scored, never trained on as a

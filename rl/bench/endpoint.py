@@ -47,9 +47,9 @@ def bench_endpoint(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     from rl.engine.config import HFEngineConfig, SamplingParams, VLLMEngineConfig
     from rl.gateway.backends import ClientBackend, ServiceBackend
     from rl.gateway.server import Gateway
-    from rl.generator.client import GeneratorClient
-    from rl.generator.inprocess import serving
     from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
+    from rl.serving.client import GeneratorClient
+    from rl.serving.inprocess import serving
 
     quick = args.quick
     max_tokens = args.max_tokens or (24 if quick else 64)

@@ -67,9 +67,9 @@ def _config(
 
 def _measure(engine: Any, cfg: Any, c: int) -> dict[str, Any]:
     """One worker at concurrency `c` against a generator service on `engine`."""
-    from rl.generator.inprocess import serving
     from rl.rollout.worker import Worker
     from rl.run.role import context_of
+    from rl.serving.inprocess import serving
 
     run_dir = cfg.run_dir
     RunLayout(run_dir).endpoints_path.mkdir(parents=True)

@@ -2,7 +2,7 @@
 
     the policy = live generators serving the version, or an engine started
                  here with the version loaded (version 0: the base model)
-    for each task, n episodes with the rollouts' agent (rl.rollout.episode:
+    for each task, n episodes with the rollouts' agent (rl.episodes.episode:
         the same prompts, turns, sandboxes and verifier), seeds fixed by
         (task, sample)
     pass@k per task (rl.eval.passk), their means with standard errors
@@ -50,7 +50,7 @@ class TaskResult:
     passed: int
     pass_at: dict[str, float]
     failures: dict[str, int] = field(default_factory=dict)
-    """Why samples failed, by reason (rl.rollout.samples vocabulary)."""
+    """Why samples failed, by reason (rl.episodes.samples vocabulary)."""
     turns_mean: float = 0.0
     metadata: dict[str, Any] = field(default_factory=dict)
     reached_turn_2: int = 0
@@ -82,7 +82,7 @@ def summarise(results: list[TaskResult], ks: list[int]) -> dict[str, Any]:
     for r in results:
         fails.update(r.failures)
     out["failures"] = dict(sorted(fails.items()))
-    from rl.rollout.samples import agent_shares
+    from rl.episodes.samples import agent_shares
 
     reached, fixed = sum(r.reached_turn_2 for r in results), sum(r.fixed_after_turn_1 for r in results)
     out.update(agent_shares(out["samples"], fails.get("crash", 0), reached, fixed))
@@ -166,7 +166,7 @@ class Policy:
     """Who answers: generators serving one weight version."""
 
     client: Any
-    """A rl.generator.client.GeneratorClient."""
+    """A rl.serving.client.GeneratorClient."""
     version: int
     max_len: int
     """Their context length: prompt and replies fit in it."""
@@ -196,8 +196,8 @@ class OwnEngine:
 
     def __enter__(self) -> OwnEngine:
         from rl.engine import make_engine
-        from rl.generator.client import GeneratorClient
-        from rl.generator.inprocess import serving
+        from rl.serving.client import GeneratorClient
+        from rl.serving.inprocess import serving
 
         engine = make_engine(self.engine_cfg, self.ctx.model, seed=self.ctx.seed)
         self.stack.callback(engine.close)
@@ -232,8 +232,8 @@ def policy(ctx: RunContext, version: int, choice: str, own_engine: Any, live_max
     """The run's live generators when they all serve `version` (choice auto
     or live; `live_max_len`: their context length, None when the run has
     none), else an engine started here (auto or own) on `own_engine`."""
-    from rl.generator.client import GeneratorClient
-    from rl.generator.endpoint import read_endpoints
+    from rl.serving.announcements import read_endpoints
+    from rl.serving.client import GeneratorClient
 
     live = read_endpoints(ctx.run_dir, stale_s=30, now=time.time()) if live_max_len is not None else []
     if choice != "own" and live and all(e.version == version for e in live):
@@ -273,8 +273,8 @@ def one_episode(ctx: RunContext, agent: AgentConfig, task: Task, client: Any, ma
     """One episode of `task` through the run's live generators (`sarl
     generate --task`): the same loop, agent and environment as rollouts and
     evaluation. Returns the Episode and the weight version that answered."""
+    from rl.episodes.episode import run_episode
     from rl.model import checkpoint, load_tokenizer
-    from rl.rollout.episode import run_episode
     from rl.verify.verifier import Verifier
     from sandboxes import open_sandbox
 
@@ -295,9 +295,9 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
     """n episodes of each task against `policy`; the results and summary
     written under RUN_DIR/eval/."""
     from rl.agent.tools import INVALID_CALLS
+    from rl.episodes.episode import run_episode
+    from rl.episodes.samples import failure_of
     from rl.model import checkpoint, load_tokenizer
-    from rl.rollout.episode import run_episode
-    from rl.rollout.samples import failure_of
     from rl.verify.verifier import Verifier
     from sandboxes.pool import WarmPool
 

@@ -91,7 +91,7 @@ class ClientBackend:
         return v
 
     def generate(self, prompts: list[list[int]], params: SamplingParams) -> Sampled:
-        from rl.generator.client import NoGenerator
+        from rl.serving.client import NoGenerator
 
         try:
             r = self.client.generate(prompts, params)

@@ -23,7 +23,7 @@ the base URL `/s/SESSION/v1`. Every call of a session is recorded: the
 prompt ids fed to the engine, the sampled ids, their log-probs, and the
 weight version.
 
-Requests arrive through the generators' own intake (rl.generator.intake):
+Requests arrive through the generators' own intake (rl.serving.intake):
 whole within `io_timeout_s` however slowly they trickle, at most
 `max_connections` answered at once, bodies of at most `max_body` bytes.
 A request is checked whole before it reaches an engine (rl.gateway.api):
@@ -58,8 +58,8 @@ from rl.gateway.api import ApiError, ChatRequest, CompletionRequest, error_body,
 from rl.gateway.backends import Backend
 from rl.gateway.capture import CapturedCall, Session, Sessions
 from rl.gateway.render import conversation, forced_start, pieces, reply, reply_message, template_messages, trimmed
-from rl.generator.intake import Intake, Refusals, WholeRequestHandler
 from rl.model import chat_ids
+from rl.serving.intake import Intake, Refusals, WholeRequestHandler
 
 log = logging.getLogger("sarl.gateway")
 

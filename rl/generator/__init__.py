@@ -1,1 +1,2 @@
-"""The generator role's service, its client, and the endpoint record that joins them."""
+"""The generator role: its loop, the weight versions it loads, its curves.
+Its HTTP service and client are rl.serving."""

@@ -2,9 +2,9 @@
 
     build the engine on the base checkpoint; load the newest weight version
         that loads (rl.generator.versions)
-    serve over HTTP (rl.generator.service), announced in
+    serve over HTTP (rl.serving.service), announced in
         endpoints/generator-NNNNNN.json from a thread of its own
-        (rl.generator.endpoint: a swap does not silence it)
+        (rl.serving.announcements: a swap does not silence it)
     every `poll_s`:
         draw the curves (rl.generator.curves), beat
         a newer version published: swap it into the live engine between batches
@@ -34,9 +34,9 @@ log = logging.getLogger("sarl.generator")
 def run(ctx: RunContext, cfg: GeneratorRole) -> dict[str, Any]:
     from rl.engine import make_engine
     from rl.generator.curves import GeneratorCurves
-    from rl.generator.endpoint import run_secret
-    from rl.generator.service import GeneratorServer
     from rl.generator.versions import Versions
+    from rl.serving.announcements import run_secret
+    from rl.serving.service import GeneratorServer
     from rl.store.weights import WeightStore
 
     t0 = time.monotonic()
@@ -97,7 +97,7 @@ def host_address() -> str:
 
 def _announcer(ctx: RunContext, cfg: GeneratorRole, server: Any, addr: str) -> Any:
     """Announce this generator every `poll_s` from a thread of its own."""
-    from rl.generator.endpoint import Announcer, Endpoint
+    from rl.serving.announcements import Announcer, Endpoint
 
     me: dict[str, Any] = {"task": ctx.task, "addr": addr, "host": socket.gethostname(), "port": server.port}
     me.update(pid=os.getpid(), job_id=ctx.job_id, every_s=cfg.poll_s)

@@ -1,1 +1,2 @@
-"""Rollouts: the episode loop (and, as it lands, the worker loop, queue and records)."""
+"""The rollout role: its loop, the worker, the queue, the shares of groups,
+the harness. The episode it plays is rl.episodes."""

@@ -14,7 +14,7 @@ import numpy as np
 
 from rl.agent.tools import INVALID_CALLS, TOOL_FAILURES, tool_validity
 from rl.curves import Writer
-from rl.rollout.samples import agent_shares, failure_of
+from rl.episodes.samples import agent_shares, failure_of
 from rl.store import Sample
 
 

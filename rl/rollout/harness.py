@@ -12,7 +12,7 @@ inside, `127.0.0.1:PORT` is relayed to the gateway and nothing else is
 reachable. Its key is its episode's alone, and dies with the episode: a
 leftover process of an earlier attempt cannot add calls to a later one.
 
-Everything else is as for a native episode (rl.rollout.episode): a call
+Everything else is as for a native episode (rl.episodes.episode): a call
 the endpoint could not serve (no generator, an engine error) makes the
 episode an infrastructure failure, retried and never scored, whatever the
 program did with the error; the worker commits the episode exactly once.
@@ -33,8 +33,8 @@ from typing import Any
 
 from rl.agent.config import AgentConfig
 from rl.agent.tokens import Trajectory
+from rl.episodes.episode import Episode, _guard, _verdict, start_environment
 from rl.model import chat_ids
-from rl.rollout.episode import Episode, _guard, _verdict, start_environment
 from rl.tasks.format import Task
 
 

@@ -21,14 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rl.context import RunContext
+from rl.episodes.episode import Episode, run_episode
+from rl.episodes.samples import GroupResult, failure_of, to_samples
 from rl.fsio import read_json
 from rl.rollout.config import RolloutRole
 from rl.rollout.curves import RolloutCurves
-from rl.rollout.episode import Episode, run_episode
 from rl.rollout.group_request import GroupReplies
 from rl.rollout.harness import EndpointFailed, run_harness
 from rl.rollout.queue import TaskQueue
-from rl.rollout.samples import GroupResult, failure_of, to_samples
 from rl.store import Store
 from rl.tasks.format import Task
 from rl.tasks.quarantine import quarantine
@@ -168,8 +168,8 @@ class Worker:
 
     # ------------------------------------------------------------- the loop
     def run(self) -> dict[str, Any]:
-        from rl.generator.client import GeneratorClient
         from rl.model import checkpoint, load_tokenizer
+        from rl.serving.client import GeneratorClient
         from rl.verify.verifier import Verifier
         from sandboxes.pool import WarmPool
 
@@ -219,7 +219,7 @@ class Worker:
         from rl.gateway.backends import ClientBackend
         from rl.gateway.capture import Sessions
         from rl.gateway.server import Gateway
-        from rl.generator.endpoint import run_secret
+        from rl.serving.announcements import run_secret
 
         assert self.rc.max_model_len is not None
         backend = ClientBackend(self.client, self.rc.max_model_len, len(self.tokenizer))
@@ -419,7 +419,7 @@ class Worker:
 
     def _episode(self, task: Task, group: int, i: int, first: GroupReplies | None = None) -> Episode:
         from rl.agent.env import EnvironmentFailed
-        from rl.generator.client import NoGenerator
+        from rl.serving.client import NoGenerator
         from sandboxes import SandboxError
 
         max_len = self.rc.max_model_len

@@ -4,7 +4,7 @@ outside any run, for a user's own tools and evaluation harnesses.
 It serves a run's weight version (the newest published, or `version`) on
 the run's model and engine, or an exported checkpoint folder
 (`sarl export`). The engine runs in a generator service of this process,
-under the same limits as a generator of a run (rl.generator.service), and
+under the same limits as a generator of a run (rl.serving.service), and
 the gateway (rl.gateway.server) sits in front of it.
 """
 
@@ -49,8 +49,8 @@ def serving(
     from rl.engine.config import HFEngineConfig, VLLMEngineConfig
     from rl.gateway.backends import ServiceBackend
     from rl.gateway.server import Gateway
-    from rl.generator.service import GeneratorServer
     from rl.model import ModelConfig, checkpoint, load_tokenizer
+    from rl.serving.service import GeneratorServer
 
     run = RunLayout(path).exists()
     if not run and not (path / "config.json").is_file():
