@@ -438,7 +438,7 @@ def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are
 
     from rl.engine import make_engine
     from rl.engine.config import VLLMEngineConfig
-    from rl.learner.trainer import token_logprobs
+    from rl.learner.logprobs import token_logprobs
     from rl.serving.inprocess import serving
 
     # a small step makes a burst of short prompts overflow it: the same path as 8,192 tokens

@@ -543,7 +543,7 @@ def test_log_probs_are_computed_only_where_trained_and_match_the_full_softmax(ti
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rl.learner.trainer import token_logprobs
+    from rl.learner.logprobs import token_logprobs
 
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     torch.manual_seed(0)
@@ -581,7 +581,8 @@ def test_behaviour_log_probs_are_of_the_tempered_distribution_the_learner_recomp
     from rl.engine import make_engine
     from rl.engine.config import HFEngineConfig, SamplingParams
     from rl.learner.config import LearnerRole
-    from rl.learner.trainer import Trainer, token_logprobs
+    from rl.learner.logprobs import token_logprobs
+    from rl.learner.trainer import Trainer
     from rl.model import ModelConfig
 
     engine = make_engine(HFEngineConfig(max_model_len=256), ModelConfig(path=str(tiny_model), dtype="float32"))

@@ -100,7 +100,7 @@ def test_bf16_behaviour_log_probs_are_within_the_stated_tolerance_of_float32() -
 
     from rl.engine import make_engine
     from rl.engine.config import SamplingParams, VLLMEngineConfig
-    from rl.learner.trainer import token_logprobs
+    from rl.learner.logprobs import token_logprobs
     from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
 
     model = ModelConfig(dtype="bfloat16")

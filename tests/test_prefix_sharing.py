@@ -72,7 +72,7 @@ def _logprob_grads(model: Any, samples: list[Sample], prefix: int) -> tuple[Any,
     """Log-probs, the gradient of their sum, and the tokens the embedding saw."""
     import torch
 
-    from rl.learner.trainer import token_logprobs
+    from rl.learner.logprobs import token_logprobs
 
     n = max(len(s.tokens) for s in samples)
     ids = torch.zeros(len(samples), n, dtype=torch.long)
