@@ -590,6 +590,7 @@ def test_a_rollout_worker_gives_up_a_group_whose_environment_fails_and_trains_on
     from conftest import hf_worker
 
     from rl.engine import make_engine
+    from rl.rollout.loop import play
     from rl.serving.inprocess import serving
     from rl.tasks.format import write_tasks
 
@@ -607,7 +608,7 @@ def test_a_rollout_worker_gives_up_a_group_whose_environment_fails_and_trains_on
     engine = make_engine(cfg.generator.engine, cfg.model)
     try:
         with serving(engine, cfg.run_dir):
-            worker.run()
+            play(worker)
     finally:
         engine.close()
     reader = worker.store.reader()

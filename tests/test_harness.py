@@ -31,6 +31,7 @@ def test_a_harness_episode_stores_exactly_the_ids_the_engine_sampled(tmp_path: P
 
     from rl.engine import make_engine
     from rl.engine.config import SamplingParams
+    from rl.rollout.loop import play
     from rl.rollout.worker import episode_seed
     from rl.serving.client import GeneratorClient
     from rl.serving.inprocess import serving
@@ -48,7 +49,7 @@ def test_a_harness_episode_stores_exactly_the_ids_the_engine_sampled(tmp_path: P
     engine = make_engine(cfg.generator.engine, cfg.model)
     try:
         with serving(engine, cfg.run_dir):
-            summary = worker.run()
+            summary = play(worker)
             reader = worker.store.reader()
             samples = [s for k in reader.committed() for s in reader.read(k).samples()]
             assert sorted(s.episode_id for s in samples) == ["0/0", "0/1", "1/0", "1/1"], summary

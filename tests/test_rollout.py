@@ -411,6 +411,7 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     import threading
 
     from rl.engine import make_engine
+    from rl.rollout.loop import play
     from rl.rollout.worker import Worker
     from rl.serving.inprocess import serving
 
@@ -422,7 +423,7 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     # no generator at all: each of the 2 attempts waits 1 s, then the group is abandoned, saying why
     none, _, state = worker("none", 1.0, 600.0)
     t0 = time.monotonic()
-    none.run()
+    play(none)
     assert time.monotonic() - t0 < 60
     assert list(state["abandoned"]) == ["0"] and state["abandoned"]["0"].startswith("no-generator"), state
     assert not none.store.reader().committed()
@@ -431,7 +432,7 @@ def test_a_late_generator_costs_waiting_not_deadlines_and_a_missing_one_abandons
     # play both their turns, though their deadline is 5 s
     late, cfg, state = worker("late", 60.0, 5.0)
     engine = make_engine(cfg.generator.engine, cfg.model)
-    thread = threading.Thread(target=late.run)
+    thread = threading.Thread(target=play, args=(late,))
     thread.start()
     # the 8 s count from when both episodes wait, not from when the worker was started (its
     # set-up takes longer on a slower machine)
@@ -463,6 +464,7 @@ def test_a_groups_first_replies_are_one_request_with_n(tmp_path: Path, tasks_fil
     Both ways commit every episode once, and the group's request is seeded by
     the group: a second run of it samples the same replies."""
     from rl.engine import make_engine
+    from rl.rollout.loop import play as play_groups
     from rl.serving.inprocess import serving
 
     def play(name: str, group_request: bool) -> tuple[int, dict[str, list[int]]]:
@@ -472,7 +474,7 @@ def test_a_groups_first_replies_are_one_request_with_n(tmp_path: Path, tasks_fil
         engine = make_engine(cfg.generator.engine, cfg.model)
         try:
             with serving(engine, cfg.run_dir) as server:
-                worker.run()
+                play_groups(worker)
                 served = server.health()["served"]
         finally:
             engine.close()
@@ -517,9 +519,9 @@ def test_a_batch_holds_batch_groups_groups_and_a_remainder_waits_unless_nothing_
     learner step takes whole batches, and would eat the next version's."""
     worker, written = _recording_worker(tmp_path, tasks_file, batch_groups=2)
     worker.pending = ["g0", "g1", "g2", "g3", "g4"]  # type: ignore[list-item]
-    worker._commit(partial=False)  # five finished together; more are coming
+    worker.commit(partial=False)  # five finished together; more are coming
     assert written == [["g0", "g1"], ["g2", "g3"]] and worker.pending == ["g4"]
-    worker._commit()  # nothing more comes (or a USR2 flush): the remainder too
+    worker.commit()  # nothing more comes (or a USR2 flush): the remainder too
     assert written[-1] == ["g4"] and worker.pending == []
 
 
@@ -536,7 +538,7 @@ def test_a_usr2_flush_waits_for_the_loops_batch_then_commits_what_is_left_and_no
     worker._writer, worker.ex = object(), ThreadPoolExecutor(1)
 
     def loop_section() -> None:  # the loop's thread, inside its critical section
-        with worker._critical():
+        with worker.critical():
             started.set()
             time.sleep(0.5)
             worker.pending.extend(["g0", "g1"])  # type: ignore[list-item]
@@ -550,7 +552,7 @@ def test_a_usr2_flush_waits_for_the_loops_batch_then_commits_what_is_left_and_no
     loop.join()
     assert written == [["g0", "g1"]] and worker.stopping.is_set()
     worker.pending = ["g2", "g3", "g4", "g5"]  # type: ignore[list-item]
-    worker._commit()  # the loop, after the flush: the task is being requeued
+    worker.commit()  # the loop, after the flush: the task is being requeued
     assert written == [["g0", "g1"]]
 
 

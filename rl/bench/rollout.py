@@ -67,6 +67,7 @@ def _config(
 
 def _measure(engine: Any, cfg: Any, c: int) -> dict[str, Any]:
     """One worker at concurrency `c` against a generator service on `engine`."""
+    from rl.rollout.loop import play
     from rl.rollout.worker import Worker
     from rl.run.role import context_of
     from rl.serving.inprocess import serving
@@ -76,7 +77,7 @@ def _measure(engine: Any, cfg: Any, c: int) -> dict[str, Any]:
     worker = Worker(context_of(cfg, run_dir), cfg.rollout)
     with serving(engine, run_dir) as server:
         busy0 = server.health()["generate_s"]
-        worker.run()
+        play(worker)
         busy = server.health()["generate_s"] - busy0
     wall = worker.loop_s
     busy = server.health()["generate_s"] - busy0

@@ -1,11 +1,9 @@
-"""One rollout worker: the groups it plays, the episodes it runs, the
-batches it commits (the outline is rl.rollout.loop).
-
-`Worker.run` plays the worker's share of the groups (and any share handed
-to it), `concurrency` episodes at a time on a thread pool; `Worker.loop`
-starts groups as the gate allows, collects finished episodes into groups,
-and commits complete groups in batches; `Worker.flush` commits the complete
-groups on USR2.
+"""One rollout worker's parts (the outline is rl.rollout.loop): the groups
+it plays, the episodes it runs on a thread pool, `concurrency` at a time,
+the complete groups it commits; `Worker.flush` commits the complete groups
+on USR2. When a group may start is rl.rollout.gate, the policy an episode
+calls rl.rollout.generation, how groups are cut into batches
+rl.rollout.batches.
 """
 
 from __future__ import annotations
@@ -15,7 +13,7 @@ import hashlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,8 +22,12 @@ from rl.context import RunContext
 from rl.episodes.episode import Episode, run_episode
 from rl.episodes.samples import GroupResult, failure_of, to_samples
 from rl.fsio import read_json
+from rl.rollout.batches import committed_groups, due
 from rl.rollout.config import RolloutRole
 from rl.rollout.curves import RolloutCurves
+from rl.rollout.endings import Abandon, InfraFailure, Stopping
+from rl.rollout.gate import GATE_POLL_S, gate
+from rl.rollout.generation import episode_policy
 from rl.rollout.group_request import GroupReplies
 from rl.rollout.harness import EndpointFailed, run_harness
 from rl.rollout.queue import TaskQueue
@@ -34,18 +36,6 @@ from rl.tasks.format import Task
 from rl.tasks.quarantine import quarantine
 
 log = logging.getLogger("sarl.rollout")
-
-
-class Abandon(Exception):
-    """The group cannot be committed; the message is the recorded reason."""
-
-
-class InfraFailure(Abandon):
-    """Infrastructure failures outlasted the retries: never a policy failure."""
-
-
-class Stopping(Exception):
-    """The worker is stopping (USR2): in-flight episodes end unplayed."""
 
 
 @dataclass
@@ -74,15 +64,6 @@ class Stats:
             self.failures[why or "passed"] = self.failures.get(why or "passed", 0) + 1
 
 
-def committed_groups(store: Store) -> set[int]:
-    """The groups that any committed batch holds, from episode identities."""
-    reader = store.reader()
-    out: set[int] = set()
-    for key in reader.committed():
-        out |= {int(e.split("/")[0]) for e in reader.info(key).episode_ids if e}
-    return out
-
-
 def episode_seed(seed: int, group: int, i: int) -> int:
     """A sampling seed stable across processes (`hash()` of a tuple is not)."""
     return int.from_bytes(hashlib.sha256(f"{seed}/{group}/{i}".encode()).digest()[:4], "little") & 0x7FFFFFFF
@@ -90,9 +71,6 @@ def episode_seed(seed: int, group: int, i: int) -> int:
 
 SHARES_POLL_S = 2.0
 """How often a playing worker looks for a share handed to it (a few small files)."""
-
-GATE_POLL_S = 0.25
-"""How often a held gate looks for a new version (a cheap listing of the store)."""
 
 
 class Worker:
@@ -143,7 +121,7 @@ class Worker:
     def my_groups(self) -> list[int]:
         return sorted(g for k in self.shares for g in range(k, self.rc.groups, self.rc.tasks))
 
-    def _take_up(self) -> list[int]:
+    def take_up(self) -> list[int]:
         """Shares handed to this worker since it last looked (rl.rollout.shares):
         their groups to play, with the tasks their first worker planned."""
         from rl.rollout import shares
@@ -166,8 +144,13 @@ class Worker:
         gone = self.committed | set(self.abandoned) | self.abandoned_before
         return [g for k in new for g in range(k, self.rc.groups, self.rc.tasks) if g not in gone]
 
-    # ------------------------------------------------------------- the loop
-    def run(self) -> dict[str, Any]:
+    # ------------------------------------------------------ what the loop does
+    @contextlib.contextmanager
+    def playing(self) -> Iterator[None]:
+        """Everything the worker plays with, open for the loop: the generator
+        client, the batch writer and its curves, the groups the store holds,
+        the OpenAI endpoint of harness programs, warm sandboxes, the
+        verifier, the episode threads."""
         from rl.model import checkpoint, load_tokenizer
         from rl.serving.client import GeneratorClient
         from rl.verify.verifier import Verifier
@@ -185,12 +168,9 @@ class Worker:
         harness = self.rc.agent.harness is not None
         self._curves = RolloutCurves(self.ctx.layout.tb(self.writer_id), self.rc.group_size, harness)
         self.committed = committed_groups(self.store)
-        self.shares = []
-        todo = sorted(self._take_up())
-        done = len(self.my_groups()) - len(todo)
-        log.info("worker %d: shares %s, %d groups to play, %d done", self.index, self.shares, len(todo), done)
+        self.shares = []  # the first take_up finds them all, this worker's own included
         self.started = time.monotonic()
-        self.gateway = self._gateway() if self.rc.agent.harness is not None else None
+        self.gateway = self._gateway() if harness else None
         sandbox = self.ctx.sandbox
         if self.gateway is not None:  # a harness program reaches its endpoint, and nothing else
             sandbox = sandbox.model_copy(update={"network": [*sandbox.network, f"127.0.0.1:{self.gateway.port}"]})
@@ -200,18 +180,14 @@ class Worker:
             Verifier(self.ctx.verify, sandbox=self.ctx.sandbox) as self.verifier,
             ThreadPoolExecutor(self.rc.concurrency) as self.ex,
         ):
-            t0 = time.monotonic()
-            self.loop(todo)
-            while not self.stopping.is_set() and (more := self._take_up()):  # handed over while I ended
-                self.loop(more)
-            self.loop_s = time.monotonic() - t0
-            """Seconds of the loop alone: from the first group started to the last batch committed."""
+            yield
         self._curves.close()
-        if not self.stopping.is_set():
-            from rl.rollout import shares
 
-            shares.finish(self.ctx.layout, self.index, self.shares)
-        return self.summary()
+    def finish_shares(self) -> None:
+        """The worker played its shares to the end: they are done (rl.rollout.shares)."""
+        from rl.rollout import shares
+
+        shares.finish(self.ctx.layout, self.index, self.shares)
 
     def _gateway(self) -> Any:
         """The OpenAI endpoint that this worker's harness programs call,
@@ -227,56 +203,49 @@ class Worker:
         token = run_secret(self.run_dir)
         return Gateway(backend, self.tokenizer, model="policy", token=token, sessions=Sessions()).start()
 
-    def loop(self, todo: list[int]) -> None:
-        inflight = self.inflight
+    def shares_due(self) -> bool:
+        """Time to look for shares handed to this worker again."""
+        return time.monotonic() - self._shares_read > SHARES_POLL_S
+
+    def on_loop_thread(self) -> None:
+        """The loop runs on this thread (a USR2 flush on it must not wait for itself)."""
         self._loop_thread = threading.get_ident()
-        while (todo or inflight) and not self.stopping.is_set():
-            if time.monotonic() - self._shares_read > SHARES_POLL_S:
-                todo[:] = sorted(todo + self._take_up())
-            with self._critical():
-                blocked = self._start(todo)
-                if not inflight and self.pending:
-                    self._commit()
-            if not inflight:
-                self.progressed()  # nothing running: waiting on the learner's gate, not stalled
-                if todo:
-                    self.stats.count(gate_wait_s=GATE_POLL_S)
-                    time.sleep(GATE_POLL_S)  # the gate: waiting for the learner
-                continue
-            if time.monotonic() - self._beat_at > 2.0:
-                self.beat(inflight=len(inflight), pending=len(self.pending))
-                self._beat_at = time.monotonic()
-            # a held gate is looked at again soon: a version published while episodes
-            # run lets the next groups start at once, not when one of them ends
-            finished, _ = wait(list(inflight), timeout=GATE_POLL_S if blocked else 5.0, return_when=FIRST_COMPLETED)
-            if finished:  # an episode ended (played, retried out, or stopped): the loop advances
-                self.progressed()
-            with self._critical():
-                for f in finished:
-                    self._finish(f)
-                nothing_more = (blocked or not todo) and not inflight
-                if len(self.pending) >= self.rc.batch_groups or (self.pending and nothing_more):
-                    self._commit(partial=nothing_more)
-        with self._critical():
-            if self.pending and not self.stopping.is_set():
-                self._commit()
 
     @contextlib.contextmanager
-    def _critical(self) -> Iterator[None]:
+    def critical(self) -> Iterator[None]:
         """The loop changes the groups or commits: a USR2 flush waits for it to finish."""
         with self._lock:
             yield
 
-    def _start(self, todo: list[int]) -> bool:
+    def wait_at_gate(self) -> None:
+        """Nothing can start and nothing runs: the gate waits for the learner."""
+        self.stats.count(gate_wait_s=GATE_POLL_S)
+        time.sleep(GATE_POLL_S)
+
+    def wait_for_episodes(self, gate_held: bool) -> set[Future[Episode]]:
+        """The episodes that ended (played, retried out, or stopped), after a
+        sign of life. A held gate is looked at again soon: a version
+        published while episodes run lets the next groups start at once, not
+        when one of them ends."""
+        if time.monotonic() - self._beat_at > 2.0:
+            self.beat(inflight=len(self.inflight), pending=len(self.pending))
+            self._beat_at = time.monotonic()
+        timeout = GATE_POLL_S if gate_held else 5.0
+        finished, _ = wait(list(self.inflight), timeout=timeout, return_when=FIRST_COMPLETED)
+        if finished:  # the loop advances
+            self.progressed()
+        return finished
+
+    def start_groups(self, todo: list[int]) -> bool:
         """Start groups while there is room; True when the gate holds the next one back."""
         inflight, groups = self.inflight, self.groups
         while todo and len(inflight) < self.rc.concurrency and not self.stopping.is_set():
             g = todo[0]
-            gate = self._gate(g)
-            if gate == "wait":
+            verdict = self._gate(g)
+            if verdict == "wait":
                 return True
             todo.pop(0)
-            task = self._task_of(g) if gate == "start" else None
+            task = self._task_of(g) if verdict == "start" else None
             if task is None:
                 continue  # abandoned, with its reason
             groups[g] = [None] * self.rc.group_size
@@ -286,7 +255,8 @@ class Worker:
                 inflight[self.ex.submit(self._episode, task, g, i, first)] = (g, i)
         return False
 
-    def _finish(self, f: Future[Episode]) -> None:
+    def finish(self, f: Future[Episode]) -> None:
+        """An episode ended: into its group; a complete group waits for its batch."""
         inflight, groups = self.inflight, self.groups
         g, i = inflight.pop(f)
         if g not in groups:
@@ -312,27 +282,11 @@ class Worker:
 
     # ------------------------------------------------------------ the parts
     def _gate(self, group: int) -> str:
-        """`start`, `wait`, or `closed` (sync: the group's round has passed).
-
-        Async: groups up to `max_staleness` steps ahead of the published
-        version may start, and one more for each group given up anywhere in
-        the run (rl.store.given_up), so that dropped groups never leave the
-        learner short of a step while the gate waits for that step. Sync: a
-        round's groups start with its version; a round the learner closed
-        (every group committed or given up) is not played."""
-        gps = self.rc.groups_per_step
-        if not gps:
-            return "start"
-        v = self.store.weights.latest() or 0
-        if self.ctx.sync:
-            r = group // gps
-            if v > r:
-                self._abandon(group, f"sync: round {r} closed, version {v} is published")
-                return "closed"
-            return "start" if v == r else "wait"
-        if group < (self.ctx.max_staleness + v + 1) * gps:
-            return "start"
-        return "start" if group < (self.ctx.max_staleness + v + 1) * gps + self.store.given_up.count() else "wait"
+        """`start`, `wait`, or `closed` (sync: the group's round has passed; it is given up)."""
+        verdict, why = gate(self.store, group, self.rc.groups_per_step, self.ctx.sync, self.ctx.max_staleness)
+        if verdict == "closed":
+            self._abandon(group, why)
+        return verdict
 
     def _task_of(self, g: int) -> Task | None:
         """The group's task: as planned before a restart, else drawn and recorded first."""
@@ -377,46 +331,6 @@ class Worker:
         ):
             log.warning("task %s quarantined", tid)
 
-    def _generate(
-        self, group: int, i: int, first: GroupReplies | None
-    ) -> tuple[Callable[[list[int], Any], tuple[Any, int]], Callable[[], float]]:
-        """The policy, for episode i of `group`: through the generator client;
-        in sync mode only the round's version may answer; its first reply
-        from the group's request (`first`) when there is one. With it, the
-        seconds the episode has waited for a generator so far (run_episode's
-        `waited`)."""
-        need = group // self.rc.groups_per_step if self.ctx.sync else None
-        waited = [0.0]
-        asked = [0]
-
-        def ask(prompt: list[int], params: Any) -> tuple[list[Any], int, float]:
-            w = 0.0  # seconds waited for a generator, not generating
-            while True:
-                if self.stopping.is_set():
-                    raise Stopping()
-                # NoGenerator ends this attempt; the next one starts with its own deadline
-                r = self.client.generate([prompt], params)
-                w += r.waited_s
-                self.stats.count(generator_wait_s=r.waited_s, generator_retries=r.attempts - 1)
-                if need is None or r.version == need:
-                    return r.outputs[0], r.version, w
-                if r.version > need:
-                    raise Abandon(f"sync: round {need} closed, a generator serves version {r.version}")
-                self.stopping.wait(0.5)  # the generator has not loaded the round's version yet
-                w += 0.5
-
-        def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
-            asked[0] += 1
-            if first is not None and asked[0] == 1:
-                completion, version, w = first.reply(i, prompt, params, ask)
-            else:
-                completions, version, w = ask(prompt, params)
-                completion = completions[0]
-            waited[0] += w
-            return completion, version
-
-        return generate, lambda: waited[0]
-
     def _episode(self, task: Task, group: int, i: int, first: GroupReplies | None = None) -> Episode:
         from rl.agent.env import EnvironmentFailed
         from rl.serving.client import NoGenerator
@@ -425,7 +339,8 @@ class Worker:
         max_len = self.rc.max_model_len
         assert max_len is not None  # checked at construction
         for attempt in range(self.rc.max_retries + 1):
-            generate, waited = self._generate(group, i, first)
+            round_version = group // self.rc.groups_per_step if self.ctx.sync else None
+            generate, waited = episode_policy(self.client, i, round_version, first, self.stopping, self.stats.count)
             sb = None
             try:
                 sb = self.pool.take()
@@ -468,16 +383,14 @@ class Worker:
                 raise
         raise AssertionError("unreachable")
 
-    def _commit(self, partial: bool = True) -> None:
+    def commit(self, partial: bool = True) -> None:
         """Commit the pending groups, `batch_groups` to a batch, in the order
-        they finished; a smaller remainder too when `partial`, else it waits
-        for more. (One batch of every group that finished together would
-        let a learner step, which takes whole batches, eat the groups meant
-        for the next version.) Nothing after a USR2 flush: the task is
-        about to be requeued."""
-        size = self.rc.batch_groups
-        while not self._flushed and (len(self.pending) >= size or (partial and self.pending)):
-            results, self.pending = self.pending[:size], self.pending[size:]
+        they finished; a smaller remainder too when `partial` (rl.rollout.batches).
+        Nothing after a USR2 flush: the task is about to be requeued."""
+        if self._flushed:
+            return
+        batches, self.pending = due(self.pending, self.rc.batch_groups, partial)
+        for results in batches:
             self._write_batch(results)
 
     def _write_batch(self, results: list[GroupResult]) -> None:
@@ -522,7 +435,7 @@ class Worker:
             log.warning("USR2: the loop held its lock for 120 s; its complete groups are played again")
             return
         try:
-            self._commit()
+            self.commit()
             self._flushed = True
         finally:
             self._lock.release()
