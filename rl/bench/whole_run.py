@@ -7,9 +7,10 @@ before this round's work beside after it (`--vs compute`).
 per step, replies of up to 256 tokens, one turn, the roles sharing every
 core, float32 everywhere, full fine-tuning in 2 micro-batches), then as it
 is now: `auto` precision (bf16 where the CPU has it), LoRA r16 on every
-linear layer, micro-batches cut by the token budget, and steps of 8 groups
-of 8 (64 replies: the engine decodes a batch of 64 about 3x faster per
-token than one of 16). `compute_ratio` = after / before (target >= 3),
+linear layer, micro-batches cut by the token budget, each group's prompt
+computed once by the learner (`learner.share_prefixes`; the "before" run
+sets it off), and steps of 8 groups of 8 (64 replies: the engine decodes a
+batch of 64 about 3x faster per token than one of 16). `compute_ratio` = after / before (target >= 3),
 beside the mean sampled reply length of each (the same `max_tokens`).
 
 `--vs modes`:
@@ -283,7 +284,8 @@ def _lines(r: dict[str, Any]) -> list[str]:
             f"rl: trained samples/s of the quickstart's RL run as it was and as it is, {r['steps']} steps each, "
             f"up to {r['max_tokens']} tokens per reply, sync, the roles sharing the cores{quick}",
             row("before") + f"   [float32, full fine-tuning, 2 micro-batches, {r['before_samples_per_step']} a step]",
-            row("after") + f"   [auto precision, LoRA r16, token budget, {r['after_samples_per_step']} a step]",
+            row("after")
+            + f"   [auto precision, LoRA r16, token budget, prompts shared, {r['after_samples_per_step']} a step]",
             f"  after / before {r['compute_ratio']} (target >= 3); run folders {r['before_disk_bytes'] / 1e9:.2f} GB "
             f"and {r['after_disk_bytes'] / 1e9:.2f} GB",
         ]
