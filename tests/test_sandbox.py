@@ -345,9 +345,15 @@ def test_close_leaves_no_process_behind() -> None:
     box.exec(["/bin/sh", "-c", "setsid sleep 1000 & echo"])
     assert _uid_processes(uid)
     box.close()
+    # close() returns once the sandbox's cgroups are empty. A killed process leaves its cgroup
+    # inside its exit, a moment before it shows as a zombie: on a loaded machine that moment was
+    # seen (CI, two busy loops beside the suite). So it gets 5 s to die; the `sleep 1000` it
+    # started, were it left alive, would still be there.
+    deadline = time.monotonic() + 5
+    while [p for p in _uid_processes(uid) if not _zombie(p)] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert [p for p in _uid_processes(uid) if not _zombie(p)] == []
-    # close() returns once no live process is left in the sandbox's cgroups; the killed ones'
-    # exit records (zombies, still the slot user's) go when they are reaped: moments, on a loaded machine
+    # the killed ones' exit records (zombies, still the slot user's) go when they are reaped
     deadline = time.monotonic() + 10
     while _uid_processes(uid) and time.monotonic() < deadline:
         time.sleep(0.05)
