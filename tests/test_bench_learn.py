@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     # the recipe under measurement: a warm start with repair traces, then agent RL of two turns
     out = sarl("bench", "learn", "--quick", "--json", "--dir", "w", "--model", str(tiny_model),
                "--sft-set", "learner.loss.repairs=0.5", "--rl-set", "rollout.agent.max_turns=2",
+               "--temperatures", "0.7", "1.0",
                "--evaluate-on", "instances", "--runs", "r", cwd=workdir, timeout=2400)  # fmt: skip
     r = json.loads(out.stdout)
     assert r["max_turns"] == 2 and r["rl_set"] == ["rollout.agent.max_turns=2"]
@@ -75,9 +77,22 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     # B came from the warm start's measured rate on the candidates, B' is of B's templates
     band = next(p for p in (w / "logs").iterdir() if p.name.endswith("-band.txt")).read_text()
     assert "--results" in band and f"{sft}/eval" in band
-    # the band's rate is that of the agent RL trains: its 2 turns (the SFT run's own agent aside)
-    measured = next(p for p in (w / "logs").iterdir() if "-eval-" in p.name and "candidates" in p.name)
-    assert "--max-turns 2" in measured.read_text().splitlines()[0]
+    # the band's rate is that of the agent RL trains: its 2 turns (the SFT run's own agent aside),
+    # measured at each temperature; RL samples at the one where the most candidates had signal
+    measured = sorted(p for p in (w / "logs").iterdir() if "-eval-" in p.name and "candidates" in p.name)
+    assert len(measured) == 2 and all("--max-turns 2" in p.read_text().splitlines()[0] for p in measured)
+    assert [p.read_text().splitlines()[0].split("--temperature ")[1].split()[0] for p in measured] == ["0.7", "1.0"]
+    temps = r["temperature"]["measured"]
+    assert sorted(temps) == ["0.7", "1.0"]
+    for x in temps.values():
+        assert 0 <= x["with_signal"] <= x["tasks"] and Path(x["folder"]).is_dir()
+    chosen = r["temperature"]["chosen"]
+    assert max(temps.values(), key=lambda x: (x["with_signal"], -x["crash_share"])) is temps[str(chosen)]
+    assert temps[str(chosen)]["folder"] in band  # B is the band at the chosen temperature
+    for run in (rl, control):
+        agent = tomllib.loads((run / "run.toml").read_text())["rollout"]["agent"]
+        assert agent["temperature"] == chosen
+    assert f"RL samples at T = {chosen}" in (w / "learn.txt").read_text()
     b_templates = {template(t) for t in read_tasks(w / "gen.B.jsonl")}
     assert {template(t) for t in read_tasks(w / "gen.B-fresh.jsonl")} <= b_templates
     assert "shuffle_rewards = true" in (control / "run.toml").read_text()
@@ -114,3 +129,30 @@ def test_bench_learn_refuses_runs_that_exist_and_leaves_nothing(workdir: Path) -
     p = sarl("bench", "learn", "--dir", "w", "--runs", "r", cwd=workdir, check=False)
     assert p.returncode != 0 and f"{workdir / 'r' / 'quickstart-rl'} exist" in p.stderr, p.stderr
     assert not (workdir / "w").exists() and sorted(x.name for x in (workdir / "r").iterdir()) == ["quickstart-rl"]
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--temperatures", "0"], "--temperatures 0: greedy samples"),
+        (["--temperatures", "1.0", "-1"], "--temperatures -1.0: Input should be greater than or equal to 0"),
+        (["--rl-set", "rollout.agent.temperature=0.5"], "give RL's temperature by --temperatures"),
+    ],
+)
+def test_bench_learn_refuses_a_temperature_it_cannot_measure_and_leaves_nothing(
+    workdir: Path, args: list[str], words: str
+) -> None:
+    """RL's temperature is chosen by measuring the band at each one given: a
+    greedy one has no signal to measure, and one given by --rl-set would
+    sample RL at a temperature the band was not measured at."""
+    p = sarl("bench", "learn", "--dir", "w", *args, cwd=workdir, check=False)
+    assert p.returncode != 0 and words in p.stderr, p.stderr
+    assert not (workdir / "w").exists()
+
+
+def test_tasks_with_signal_are_those_whose_samples_disagree() -> None:
+    from rl.tasks.roles import with_signal
+
+    rows = [{"n": 4, "passed": k, "reward_mean": k / 4} for k in (0, 1, 3, 4)]
+    assert with_signal(rows) == 2
+    assert with_signal([*rows, {"n": 4, "passed": 0, "reward_mean": 0.4}], by="reward") == 3

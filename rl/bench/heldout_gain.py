@@ -10,8 +10,10 @@ It plays the commands a user would type (each in `logs/NN-name.txt`):
 2. The warm start: `examples/quickstart-sft.toml` on A's references, then
    `sarl export`.
 3. B by measurement: the warm start's sampled pass rate on the candidates
-   (`sarl eval`, n samples at T = 1); `sarl tasks band` keeps the templates
-   inside the band as B and draws B', fresh instances of them.
+   (`sarl eval`, n samples at each of `--temperatures`); RL samples at the
+   temperature where the most candidates have signal (samples that
+   disagree), and `sarl tasks band` keeps the templates inside the band at
+   that temperature as B and draws B', fresh instances of them.
 4. The leak checks, both levels, refused on any leak: templates (A + B
    against U) and instances (A + B against B' and U; A against HumanEval).
 5. RL from the warm start on B (`examples/quickstart-rl.toml`), and the same
@@ -37,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rl.bench.learn_report import paired_gain, report_lines
 from rl.errors import SarlError
 from rl.layout import RunLayout
 
@@ -85,13 +88,16 @@ class _Steps:
             raise SarlError(f"bench learn: `sarl {' '.join(args)}` failed ({log}):\n{tail}")
         return p.stdout
 
-    def eval(self, run: str, tasks: str, version: int | None, n: int, extra: list[str]) -> dict[str, Any]:
-        """`sarl eval`: greedy when n = 1, else n samples a task at T = 1."""
-        temperature = "0" if n == 1 else "1"
-        args = ["eval", run, "--tasks", tasks, "--temperature", temperature, "-n", str(n), "--json", *extra]
+    def eval(
+        self, run: str, tasks: str, version: int | None, n: int, extra: list[str], temperature: float | None = None
+    ) -> dict[str, Any]:
+        """`sarl eval`: greedy when n = 1, else n samples a task at
+        `temperature` (default: T = 1, where sampled pass@1 is defined)."""
+        at = "0" if n == 1 else str(temperature or 1)
+        args = ["eval", run, "--tasks", tasks, "--temperature", at, "-n", str(n), "--json", *extra]
         if version is not None:
             args += ["--version", str(version)]
-        mode = "greedy" if n == 1 else f"n{n}"
+        mode = "greedy" if n == 1 else f"n{n}" + (f"-t{temperature}" if temperature is not None else "")
         return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}-{mode}", *args))
 
 
@@ -120,7 +126,8 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     _warm_start(c)
     minutes["sft"] = (time.perf_counter() - t0) / 60
     t = time.perf_counter()
-    r["sets"] = _choose_b(c)
+    r["temperature"] = _choose_temperature(c)
+    r["sets"] = _choose_b(c, r["temperature"])
     minutes["band"] = (time.perf_counter() - t) / 60
     r["leaks"] = _check_leaks(c)
     for name in ("rl", "control"):
@@ -141,7 +148,7 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
             shutil.rmtree(RunLayout(run).store_path, ignore_errors=True)
             for step in RunLayout(run).checkpoints("learner").glob("step-*"):  # not the role state
                 shutil.rmtree(step, ignore_errors=True)
-    lines = _lines(r)
+    lines = report_lines(r)
     (c.work / "learn.json").write_text(json.dumps(r, indent=1) + "\n")
     (c.work / "learn.txt").write_text("\n".join(lines) + "\n")
     return r, lines
@@ -156,12 +163,15 @@ class _Chain:
     work: Path
     runs: dict[str, Path]
     sh: _Steps
+    temperature: float = 1.0
+    """The temperature RL samples at, once measured (_choose_temperature)."""
 
     @classmethod
     def start(cls, args: Any) -> _Chain:
         """Refuses a --dir or a run that exists (a run there would be resumed,
         not measured) before anything is made."""
         work = Path(args.dir or "bench-learn").resolve()
+        _check_temperatures(args)
         if work.exists():
             raise SarlError(f"bench learn: {work} exists; give a new --dir")
         runs = _runs(Path(args.runs).resolve() if args.runs else work / "runs")
@@ -218,13 +228,49 @@ def _warm_start(c: _Chain) -> None:
     c.sh("export", "export", str(c.runs["sft"]), "-o", str(c.runs["sft"] / "model"), "--json")
 
 
-def _choose_b(c: _Chain) -> dict[str, int]:
-    """B by measurement: the warm start's sampled rate on the candidates; the
-    templates inside the band are B, and B' is drawn for them. Returns each
-    set's size."""
+def _check_temperatures(args: Any) -> None:
+    """Before anything is made: temperatures that can sample, and none given
+    to RL another way (the band is measured at the one RL samples at)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from rl.engine.config import Temperature
+
+    for t in args.temperatures:
+        try:
+            TypeAdapter(Temperature).validate_python(t)
+        except ValidationError as e:
+            raise SarlError(f"bench learn: --temperatures {t}: {e.errors()[0]['msg']}") from None
+        if t == 0:
+            raise SarlError("bench learn: --temperatures 0: greedy samples of a task all agree, so no group has signal")
+    if any(o.split("=", 1)[0].strip() == "rollout.agent.temperature" for o in args.rl_set):
+        raise SarlError("bench learn: give RL's temperature by --temperatures (the band is measured at it), "
+                        "not --rl-set rollout.agent.temperature")  # fmt: skip
+
+
+def _choose_temperature(c: _Chain) -> dict[str, Any]:
+    """The warm start sampled on the candidates at each of --temperatures;
+    RL samples at the one where the most tasks have signal (then the lower
+    crash share). Returns what each measured, and the choice."""
+    from rl.tasks.roles import with_signal
+
     # the rate of the agent RL will train: its turns, not the SFT run's default
     extra = [*c.evals_extra, "--max-turns", str(_planned_turns(c))]
-    got = c.sh.eval(str(c.runs["sft"]), "gen.candidates.jsonl", None, c.band_samples, extra)
+    measured: dict[str, dict[str, Any]] = {}
+    for t in c.args.temperatures:
+        got = c.sh.eval(str(c.runs["sft"]), "gen.candidates.jsonl", None, c.band_samples, extra, temperature=t)
+        results = [json.loads(line) for line in (Path(got["folder"]) / "results.jsonl").read_text().splitlines()]
+        measured[str(t)] = {"pass@1": got["pass@1"], "crash_share": got["crash_share"], "tasks": got["tasks"],
+                            "with_signal": with_signal(results, c.args.band_by), "folder": got["folder"]}  # fmt: skip
+    best = max(measured, key=lambda t: (measured[t]["with_signal"], -(measured[t]["crash_share"] or 0.0)))
+    c.temperature = float(best)
+    return {"chosen": float(best), "measured": measured}
+
+
+def _choose_b(c: _Chain, temperature: dict[str, Any]) -> dict[str, int]:
+    """B by measurement: the warm start's sampled rate on the candidates at
+    the chosen temperature; the templates inside the band are B, and B' is
+    drawn for them. Returns each set's size."""
+    got = temperature["measured"][str(temperature["chosen"])]
     low, high = (0.0, 1.0) if c.quick else c.args.band  # a tiny model passes nothing: every template is kept
     c.sh("band", "tasks", "band", "gen.candidates.jsonl", "--results", got["folder"], "--band", str(low), str(high),
          "--by", c.args.band_by, "--fresh", str(2 if c.quick else c.args.fresh), "--avoid", "gen.A.jsonl",
@@ -253,7 +299,8 @@ def _reinforce(c: _Chain, name: str) -> None:
     rewards shuffled among its samples ("control")."""
     rl_set = [x for o in (QUICK_RL if c.quick else []) for x in ("--set", o)]
     rl_set += ["--set", f"model.path={json.dumps(str(c.runs['sft'] / 'model'))}",
-               "--set", 'rollout.tasks_file=["gen.B.jsonl"]']  # fmt: skip
+               "--set", 'rollout.tasks_file=["gen.B.jsonl"]',
+               "--set", f"rollout.agent.temperature={c.temperature}"]  # fmt: skip
     rl_set += [x for o in c.args.rl_set for x in ("--set", o)]
     if name == "control":
         rl_set += ["--set", 'run.name="quickstart-rl-control"', "--set", "learner.shuffle_rewards=true"]
@@ -284,7 +331,7 @@ def _evaluate(c: _Chain, turns: int) -> tuple[dict[str, Any], dict[str, Any]]:
                 cells[stage] = {k: e.get(k) for k in (*EVAL_KEYS, f"pass@{n}", f"se@{n}")}
             evals.setdefault(where, {})[mode] = cells
             gains.setdefault(where, {})[mode] = {
-                f"{a}_minus_{b}": _paired_gain(folders[b], folders[a], templates) for a, b in GAINS
+                f"{a}_minus_{b}": paired_gain(folders[b], folders[a], templates) for a, b in GAINS
             }
     return evals, gains
 
@@ -335,66 +382,3 @@ def _max_turns(frozen: Path) -> int:
     import tomllib
 
     return int(tomllib.loads(frozen.read_text())["rollout"]["agent"]["max_turns"])
-
-
-def _paired_gain(before: Path, after: Path, templates: dict[str, str]) -> dict[str, float]:
-    """The per-task change of pass@1, in points, with its standard error:
-    both evaluations ran on the same tasks, so the pairing removes the
-    spread of task difficulty from the error. `se_templates` is the same
-    error clustered by template (`templates`: task id -> template): the
-    instances of one template pass or fail together, so it is the honest
-    margin where a set has few templates; `templates` counts them."""
-    from rl.eval.passk import clustered_se, mean_and_se
-
-    def per_task(folder: Path) -> dict[str, float]:
-        rows = [json.loads(line) for line in (folder / "results.jsonl").read_text().splitlines() if line]
-        return {r["task_id"]: r["pass_at"]["pass@1"] for r in rows}
-
-    b, a = per_task(before), per_task(after)
-    ids = sorted(b.keys() & a.keys())
-    diffs = [a[t] - b[t] for t in ids]
-    m, se = mean_and_se(diffs)
-    clusters = [templates.get(t, t) for t in ids]
-    return {
-        "points": round(100 * m, 2),
-        "se": round(100 * se, 2),
-        "se_templates": round(100 * clustered_se(diffs, clusters), 2),
-        "templates": len(set(clusters)),
-    }
-
-
-def _lines(r: dict[str, Any]) -> list[str]:
-    def pct(v: Any) -> str:
-        return "-" if v is None else f"{100 * v:.0f}%"
-
-    m = r["minutes"]
-    out = [
-        "learn: pass@1 by stage (paired standard errors in points, by task and by template), "
-        f"{m['all']:.1f} min in all "
-        f"(SFT {m['sft']:.1f}, band {m['band']:.1f}, RL {m['rl']:.1f}, control {m['control']:.1f}, "
-        f"evaluations {m['evals']:.1f}); up to {r['max_turns']} turns"
-        + (" [--quick: not a measurement]" if r["quick"] else ""),
-        "  sets: "
-        + ", ".join(f"{k} {v}" for k, v in r["sets"].items())
-        + f"; B: templates with a warm-start {r['band_by']} rate in [{r['band'][0]}, {r['band'][1]}]",
-        "  leaks: templates (A + B vs U) "
-        + str(r["leaks"]["templates"]["leaking_held_tasks"])
-        + "; instances "
-        + ", ".join(f"{k} {v['leaking_held_tasks']}" for k, v in r["leaks"]["instances"].items()),
-        f"  {'':<26}" + "".join(f"{s:>16}" for s in ("base", "SFT", "SFT + RL", "control")),
-    ]
-    names = {"instances": "B' (fresh instances)", "templates": "U (unseen templates)", "humaneval": "HumanEval"}
-    for where, modes in r["evals"].items():
-        for mode, cells in modes.items():
-            label = f"{names[where]} {mode}"
-            out.append(f"  {label:<26}" + "".join(
-                f"{c['pass@1']:.3f} +- {c['se@1']:.3f}".rjust(16) for c in cells.values()))  # fmt: skip
-            out.append(f"  {'  reward / crash':<26}" + "".join(
-                f"{c['reward_mean']:.2f} / {pct(c['crash_share'])}".rjust(16) for c in cells.values()))  # fmt: skip
-            out.append("    " + "   ".join(
-                f"{k.replace('_minus_', ' - ')} {g['points']:+.1f} +- {g['se']:.1f} ({g['se_templates']:.1f} by tmpl)"
-                for k, g in r["gains"][where][mode].items()))  # fmt: skip
-    out.append("  targets on B': rl - sft >= +10 points sampled and >= +5 greedy, each >= 2 se; rl - control >= 2 se;"
-               " on U and HumanEval rl - sft not below -1 se")  # fmt: skip
-    out.append(f"  runs, logs and TensorBoard: {r['folder']}")
-    return out

@@ -162,3 +162,14 @@ def pass_rates(results: list[dict[str, Any]], by: str = "pass") -> dict[str, flo
     if by != "pass":
         raise SetsError(f"--by {by}: pass or reward")
     return {str(r["task_id"]): int(r["passed"]) / max(1, int(r["n"])) for r in results}
+
+
+def with_signal(results: list[dict[str, Any]], by: str = "pass") -> int:
+    """The tasks whose samples disagree, from a `sarl eval` results.jsonl: by
+    `pass`, some passed and some did not; by `reward`, a mean strictly between
+    0 and 1 (a per-sample spread is not in the results; partial credit makes
+    a mean inside (0, 1) nearly always a spread). A group of RL samples of
+    such a task has an advantage that is not zero everywhere."""
+    if by == "reward":
+        return sum(1 for r in results if 0.0 < float(r["reward_mean"]) < 1.0)
+    return sum(1 for r in results if 0 < int(r["passed"]) < int(r["n"]))
