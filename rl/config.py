@@ -134,7 +134,7 @@ class Config(Section):
             if name != "learner" and (role.job.nodes > 1 or role.job.tasks_per_node > 1):
                 raise ValueError(
                     f"{name}.job: nodes = {role.job.nodes}, tasks_per_node = {role.job.tasks_per_node}: only the "
-                    "learner runs several processes per task; scale other roles with `tasks`"
+                    "learner runs several processes per task; scale other roles with `workers`"
                 )
             if name == "rollout" and self.generator is None:
                 raise ValueError("rollout: rollout workers need generators: add a [generator] section")

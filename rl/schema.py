@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, get_args, get_origin
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from pydantic.json_schema import JsonDict
 
 TAG = "type"
@@ -135,10 +135,20 @@ class JobResources(Section):
 class RoleConfig(Section):
     """Fields shared by every role."""
 
-    tasks: int = Field(1, ge=1, le=100_000)
-    """Number of tasks in the role's job array."""
+    workers: int = Field(1, ge=1, le=100_000)
+    """Number of tasks in the role's job array: its workers."""
     job: JobResources = JobResources()
     """Scheduler resources of each task."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        # `tasks` named the array's size until it was renamed, so that the word
+        # means only the problems (tasks_file, `sarl tasks`). A run.toml of an
+        # older run is refused the same way: edit the key and resume.
+        if isinstance(data, dict) and "tasks" in data:
+            raise ValueError("`tasks` (the size of the role's job array) is now `workers`: rename the key")
+        return data
 
 
 __all__ = [

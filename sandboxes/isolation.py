@@ -195,83 +195,66 @@ def bwrap_argv(
     `host_dirs` binds host-mounted tmpfs at /sandbox and /tmp instead of private ones;
     `seccomp_fd` (from `seccomp_pipe()`, passed to the process) holds its syscall filter.
     Of the host-wide files in /proc, the key users and the load average are masked."""
-    size = str(limits.disk_mb << 20)
-    scratch = [
-        "--size",
-        size,
-        "--perms",
-        "1777",
-        "--tmpfs",
-        "/tmp",
-        "--size",
-        size,
-        "--perms",
-        "1777",
-        "--tmpfs",
-        resident.WORK,
-    ]
+    # bwrap applies its options in order: a mount inside a folder comes after the folder
+    argv = [*_system(), *_scratch(limits, host_dirs), *_namespaces(seccomp_fd), *_runtime(runtime)]
+    if with_resident:
+        argv += _resident(cg, net_dir)
+    if os.geteuid() != 0:
+        return BwrapCommand(["--unshare-user", "--cap-drop", "ALL", *argv], [])
+    return BwrapCommand(argv, _drop_root(slot))
+
+
+def _system() -> list[str]:
+    """/usr read-only with the usual links into it, a fresh /proc with the
+    host-wide files masked, and a minimal /dev."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for link in ("bin", "lib", "lib64", "sbin"):
+        argv += ["--symlink", f"usr/{link}", f"/{link}"]
+    argv += ["--proc", "/proc", "--ro-bind", "/dev/null", "/proc/key-users"]
+    return [*argv, "--ro-bind", _fake_loadavg(), "/proc/loadavg", "--dev", "/dev"]
+
+
+def _scratch(limits: Limits, host_dirs: dict[str, str] | None) -> list[str]:
+    """/tmp and the work folder: private tmpfs of the disk limit each, or the
+    host-mounted ones given."""
     if host_dirs:
-        scratch = ["--bind", host_dirs["/tmp"], "/tmp", "--bind", host_dirs[resident.WORK], resident.WORK]
-    argv = [
-        "--ro-bind",
-        "/usr",
-        "/usr",
-        "--symlink",
-        "usr/bin",
-        "/bin",
-        "--symlink",
-        "usr/lib",
-        "/lib",
-        "--symlink",
-        "usr/lib64",
-        "/lib64",
-        "--symlink",
-        "usr/sbin",
-        "/sbin",
-        "--proc",
-        "/proc",
-        "--ro-bind",
-        "/dev/null",
-        "/proc/key-users",
-        "--ro-bind",
-        _fake_loadavg(),
-        "/proc/loadavg",
-        "--dev",
-        "/dev",
-        *scratch,
-        "--unshare-net",
-        "--unshare-pid",
-        "--unshare-ipc",
-        "--unshare-uts",
-        "--unshare-cgroup",
-        "--hostname",
-        "sandbox",
-        "--die-with-parent",
-        *(["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []),
-        "--new-session",
-        "--clearenv",
-        "--setenv",
-        "PATH",
-        "/usr/local/bin:/usr/bin:/bin",
-        "--setenv",
-        "HOME",
-        resident.WORK,
-        "--setenv",
-        "LANG",
-        "C.UTF-8",
-        "--setenv",
-        "PYTHONDONTWRITEBYTECODE",
-        "1",
-        "--setenv",  # a verdict is reproducible: a set's order of strings must not change between runs
-        "PYTHONHASHSEED",
-        "0",
-        "--chdir",
-        resident.WORK,
-    ]
+        return ["--bind", host_dirs["/tmp"], "/tmp", "--bind", host_dirs[resident.WORK], resident.WORK]
+    size = str(limits.disk_mb << 20)
+    return [x for folder in ("/tmp", resident.WORK) for x in ("--size", size, "--perms", "1777", "--tmpfs", folder)]
+
+
+SANDBOX_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": resident.WORK,
+    "LANG": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONHASHSEED": "0",  # a verdict is reproducible: a set's order of strings must not change between runs
+}
+"""The whole environment inside a sandbox (bwrap clears the rest)."""
+
+
+def _namespaces(seccomp_fd: int | None) -> list[str]:
+    """New network, pid, ipc, uts and cgroup namespaces, the syscall filter,
+    a session of its own, and the environment; /etc holds only what the
+    loader and TLS need."""
+    argv = ["--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup"]
+    argv += ["--hostname", "sandbox", "--die-with-parent"]
+    argv += ["--seccomp", str(seccomp_fd)] if seccomp_fd is not None else []
+    argv += ["--new-session", "--clearenv"]
+    for key, value in SANDBOX_ENV.items():
+        argv += ["--setenv", key, value]
+    argv += ["--chdir", resident.WORK]
     argv += ["--perms", "0755", "--dir", "/etc"]  # else made 0700: unreadable, ld.so.cache included
     for etc in ("/etc/ld.so.cache", "/etc/alternatives", "/etc/ssl"):
         if os.path.exists(etc):
             argv += ["--ro-bind", etc, etc]
+    return argv
+
+
+def _runtime(runtime: Runtime) -> list[str]:
+    """The runtime's trees read-only (their parents made readable), its hidden
+    folders as empty tmpfs with its mounts inside them, then made read-only."""
+    argv: list[str] = []
     made = {"/", "/usr", "/tmp", resident.WORK}
     for tree in runtime.binds:
         for parent in reversed(Path(tree).parents):  # bubblewrap would make them 0700
@@ -285,48 +268,33 @@ def bwrap_argv(
         argv += ["--ro-bind", src, dst]
     for folder in runtime.hidden:  # after the mounts inside them are made
         argv += ["--remount-ro", folder]
-    if with_resident:  # bubblewrap would create these parents 0700, unreadable to the sandbox's uid
-        argv += [
-            "--perms",
-            "0755",
-            "--dir",
-            "/run",
-            "--perms",
-            "0755",
-            "--dir",
-            "/run/sarl",
-            "--perms",
-            "0755",
-            "--dir",
-            resident.CG,
-            "--perms",
-            "0755",
-            "--dir",
-            resident.PRELOAD,
-        ]
-        argv += ["--ro-bind", str(Path(resident.__file__).resolve()), RESIDENT_INSIDE]
-        for name in ("netrelay.py", "keys.py"):
-            argv += ["--ro-bind", str(Path(resident.__file__).with_name(name).resolve()), f"/run/sarl/{name}"]
-        if net_dir:
-            argv += ["--bind", net_dir, resident.NET]
-        for name, path in (cg.counter_files() if cg else {}).items():
-            argv += ["--ro-bind", path, f"{resident.CG}/{name}"]
-    if os.geteuid() != 0:
-        return BwrapCommand(["--unshare-user", "--cap-drop", "ALL", *argv], [])
+    return argv
+
+
+def _resident(cg: Cgroups | None, net_dir: str | None) -> list[str]:
+    """The resident process's files under /run/sarl, the network relay's
+    folder, and the cgroup's counters, read-only."""
+    argv: list[str] = []
+    for folder in ("/run", "/run/sarl", resident.CG, resident.PRELOAD):  # else made 0700: unreadable to its uid
+        argv += ["--perms", "0755", "--dir", folder]
+    argv += ["--ro-bind", str(Path(resident.__file__).resolve()), RESIDENT_INSIDE]
+    for name in ("netrelay.py", "keys.py"):
+        argv += ["--ro-bind", str(Path(resident.__file__).with_name(name).resolve()), f"/run/sarl/{name}"]
+    if net_dir:
+        argv += ["--bind", net_dir, resident.NET]
+    for name, path in (cg.counter_files() if cg else {}).items():
+        argv += ["--ro-bind", path, f"{resident.CG}/{name}"]
+    return argv
+
+
+def _drop_root(slot: Slot) -> list[str]:
+    """As root, bwrap runs under setpriv: the slot's uid, no group, no
+    capability, no new privileges."""
     setpriv = shutil.which("setpriv")
     if not setpriv:
         raise SandboxError("setpriv (util-linux) is needed to drop root inside the sandbox")
-    prefix = [
-        setpriv,
-        f"--reuid={slot.uid}",
-        f"--regid={slot.uid}",
-        "--clear-groups",
-        "--inh-caps=-all",
-        "--bounding-set=-all",
-        "--no-new-privs",
-        "--",
-    ]
-    return BwrapCommand(argv, prefix)
+    return [setpriv, f"--reuid={slot.uid}", f"--regid={slot.uid}", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
 
 
 def seccomp_pipe() -> int | None:

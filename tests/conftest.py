@@ -37,23 +37,54 @@ def write_config(folder: Path, body: str, name: str = "run.toml") -> Path:
     return path
 
 
+def run_config(name: str, *, recovery: bool | dict[str, Any] = True, **sections: Any) -> str:
+    """A run config as TOML text, from its sections as dicts: a dict inside a
+    section is a sub-section (`rollout={"agent": {"max_turns": 1}}`), a path
+    becomes a string, a None value is left out. `run` holds the run's keys
+    beside its `name` and root ("runs"). `recovery`: False turns automatic
+    recovery off (the tests of the manual path: a FAILED task, `sarl
+    resume`); a dict gives its keys; True leaves the defaults. Tests of a
+    malformed file write their text themselves."""
+    import tomli_w
+
+    run: dict[str, Any] = {"name": name, "root": "runs", **sections.pop("run", {})}
+    if recovery is False:
+        run["recovery"] = {"enabled": False}
+    elif isinstance(recovery, dict):
+        run["recovery"] = recovery
+    return tomli_w.dumps(_toml_values({"run": run, **sections}))
+
+
+def merged(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `more`'s keys, sub-sections merged key by key."""
+    out = dict(base)
+    for k, v in more.items():
+        out[k] = merged(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def _toml_values(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _toml_values(v) for k, v in value.items() if v is not None}
+    if isinstance(value, (list, tuple)):
+        return [_toml_values(v) for v in value]
+    return str(value) if isinstance(value, Path) else value
+
+
 def smoke_config(
-    name: str = "t", tasks: int = 4, steps: int = 5, step_s: float = 0.2, extra: str = "", recovery: bool = False
+    name: str = "t",
+    workers: int = 4,
+    steps: int = 5,
+    step_s: float = 0.2,
+    recovery: bool | dict[str, Any] = False,
+    **sections: Any,
 ) -> str:
-    """Recovery is off unless asked for: most smoke tests watch the manual
-    paths (a FAILED task, `sarl resume`); tests/test_recovery.py adds its own."""
-    off = "" if recovery else "[run.recovery]\nenabled = false\n"
-    return f"""
-[run]
-name = "{name}"
-root = "runs"
-{off}
-[smoke]
-tasks = {tasks}
-steps = {steps}
-step_s = {step_s}
-{extra}
-"""
+    """A run of the smoke role alone. Recovery is off unless asked for: most
+    smoke tests watch the manual paths (a FAILED task, `sarl resume`);
+    tests/test_recovery.py gives its own. `smoke` adds keys to the smoke
+    section (`fail_tasks`, `job`), other keywords other sections."""
+    smoke = {"workers": workers, "steps": steps, "step_s": step_s, **sections.pop("smoke", {})}
+    return run_config(name, recovery=recovery, smoke=smoke, **sections)
 
 
 def status(run_dir: Path) -> dict[str, Any]:

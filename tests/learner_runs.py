@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from conftest import sarl, task_state, write_config
+from conftest import merged, run_config, sarl, task_state, write_config
 
 from rl.store import Sample, Store
 
@@ -44,34 +45,32 @@ def commit_rollouts(run: Path, tiny_model: Path, groups: int, group_size: int = 
         writer.write(writer.next_seq(), batch)
 
 
-def learner_config(tiny_model: Path, steps: int, extra: str = "", ranks: int = 1) -> str:
+def learner_config(
+    tiny_model: Path, steps: int, learner: dict[str, Any] | None = None, ranks: int = 1, **sections: Any
+) -> str:
     """A learner alone, on batches the test commits, all sampled by version 0:
-    the staleness bound is set past the run's steps, so that none is dropped."""
-    return f"""
-[run]
-name = "l"
-root = "runs"
-max_staleness = 1000
-[run.recovery]
-enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
-[executor]
-type = "local"
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[learner]
-steps = {steps}
-samples_per_step = 4
-micro_batches = 2
-poll_s = 0.2
-precision = "float32"  # exact steps and their order; bf16: tests/test_precision.py
-{extra}
-[learner.job]
-tasks_per_node = {ranks}
-mem_gb = 6
-[learner.optimizer]
-lr = 1e-3
-"""
+    the staleness bound is set past the run's steps, so that none is dropped.
+    `learner`: keys of the learner section over these (sub-sections merged);
+    `sections`: other sections, `run` merged with the run's own keys."""
+    base = {
+        "steps": steps,
+        "samples_per_step": 4,
+        "micro_batches": 2,
+        "poll_s": 0.2,
+        "precision": "float32",  # exact steps and their order; bf16: tests/test_precision.py
+        "job": {"tasks_per_node": ranks, "mem_gb": 6},
+        "optimizer": {"lr": 1e-3},
+    }
+    run = merged({"max_staleness": 1000}, sections.pop("run", {}))
+    return run_config(
+        "l",
+        recovery=False,  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
+        run=run,
+        executor={"type": "local"},
+        model={"path": tiny_model, "dtype": "float32"},
+        learner=merged(base, learner or {}),
+        **sections,
+    )
 
 
 def learner_state(run: Path) -> dict:
@@ -91,14 +90,14 @@ def start_learner(
     name: str,
     tiny_model: Path,
     steps: int,
-    extra: str = "",
+    learner: dict[str, Any] | None = None,
     cluster: str = "local",
     ranks: int = 1,
     groups: int | None = None,
 ) -> Path:
     folder = workdir / name
     folder.mkdir()
-    cfg = write_config(folder, learner_config(tiny_model, steps, extra, ranks))
+    cfg = write_config(folder, learner_config(tiny_model, steps, learner, ranks))
     run = folder / "runs" / "l"
     # the run directory first (submit creates it), then the rollouts a learner waits for
     sarl("submit", str(cfg), "--cluster", cluster, cwd=folder)

@@ -10,48 +10,39 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import sarl, write_config
+from conftest import run_config, sarl, write_config
 
 from rl.tasks.format import write_tasks
 from rl.tasks.synthesis import synthesize
 
 
-def _config(tiny_model: Path, tasks_file: Path, steps: int) -> str:
-    return f"""
-[run]
-name = "c"
-root = "runs"
-mode = "async"
-max_staleness = 1
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[generator]
-poll_s = 0.2
-[generator.engine]
-type = "hf"
-max_model_len = 1024
-threads = 1
-[rollout]
-tasks = 2
-tasks_file = "{tasks_file}"
-groups = {2 * steps}
-group_size = 2
-groups_per_step = 2
-concurrency = 2
-batch_groups = 1
-[rollout.agent]
-max_turns = 1
-max_tokens = 8
-[learner]
-steps = {steps}
-samples_per_step = 4
-poll_s = 0.2
-threads = 1
-checkpoint_every = 3
-[learner.job]
-mem_gb = 4
-"""
+def _config(tiny_model: Path, tasks_file: Path, steps: int, learner: bool = True) -> str:
+    return run_config(
+        "c",
+        run={"mode": "async", "max_staleness": 1},
+        model={"path": tiny_model, "dtype": "float32"},
+        generator={"poll_s": 0.2, "engine": {"type": "hf", "max_model_len": 1024, "threads": 1}},
+        rollout={
+            "workers": 2,
+            "tasks_file": tasks_file,
+            "groups": 2 * steps,
+            "group_size": 2,
+            "groups_per_step": 2,
+            "concurrency": 2,
+            "batch_groups": 1,
+            "agent": {"max_turns": 1, "max_tokens": 8},
+        },
+        learner={
+            "steps": steps,
+            "samples_per_step": 4,
+            "poll_s": 0.2,
+            "threads": 1,
+            "checkpoint_every": 3,
+            "job": {"mem_gb": 4},
+        }
+        if learner
+        else None,
+    )
 
 
 def test_tensorboard_steps_that_go_back_are_found_and_a_purge_is_honoured(tmp_path: Path) -> None:
@@ -111,8 +102,7 @@ def test_chaos_refuses_a_run_without_every_role_and_a_negative_count_and_leaves_
     tasks = workdir / "tasks.jsonl"
     write_tasks(tasks, synthesize("arithmetic", 4, seed=3))
     body = _config(tiny_model, tasks, steps=2)
-    no_learner = body[: body.index("[learner]")]
-    cfg = write_config(workdir, no_learner, "partial.toml")
+    cfg = write_config(workdir, _config(tiny_model, tasks, steps=2, learner=False), "partial.toml")
     out = sarl("chaos", str(cfg), "--dir", "w", cwd=workdir, check=False)
     assert out.returncode != 0 and "add the missing sections: learner" in out.stderr, out.stderr
     out = sarl("chaos", str(write_config(workdir, body)), "--injections", "-1", "--dir", "w", cwd=workdir, check=False)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import SARL, sarl, smoke_config, write_config
+from conftest import SARL, run_config, sarl, smoke_config, write_config
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -84,7 +84,7 @@ def test_every_json_command_prints_exactly_one_document(workdir: Path) -> None:
     stdout the same way: `json.loads(stdout)`."""
     run = workdir / "runs" / "j"
     (run / "store.zarr").mkdir(parents=True)
-    (run / "run.toml").write_text('[run]\nname = "j"\nroot = ".."\n[executor]\ntype = "local"\n[smoke]\n')
+    (run / "run.toml").write_text(run_config("j", run={"root": ".."}, executor={"type": "local"}, smoke={}))
     tasks = workdir / "tasks.jsonl"
     sarl("tasks", "import", "humaneval", "-o", str(tasks), cwd=workdir)
     samples = workdir / "samples.jsonl"
@@ -132,8 +132,9 @@ def test_user_errors_end_in_a_message_not_a_traceback(workdir: Path) -> None:
     run = workdir / "runs" / "v"
     run.mkdir(parents=True)
     (run / "run.toml").write_text(
-        '[run]\nname = "v"\nroot = ".."\n[executor]\ntype = "local"\n'
-        f'[validation]\ntasks_file = "{workdir / "bad.jsonl"}"\n'
+        run_config(
+            "v", run={"root": ".."}, executor={"type": "local"}, validation={"tasks_file": workdir / "bad.jsonl"}
+        )
     )
     (workdir / "bad.jsonl").write_text('{"task_id": "a"}\n')
     bad_tasks = sarl("tasks", "report", str(run), cwd=workdir, check=False)
@@ -146,7 +147,7 @@ def test_user_errors_end_in_a_message_not_a_traceback(workdir: Path) -> None:
 
 
 def test_submit_into_a_live_run_says_that_nothing_was_resubmitted(workdir: Path) -> None:
-    cfg = write_config(workdir, smoke_config(tasks=2, steps=200, step_s=0.1))
+    cfg = write_config(workdir, smoke_config(workers=2, steps=200, step_s=0.1))
     sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
     try:
         again = sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
@@ -159,7 +160,7 @@ def test_submit_into_a_live_run_says_that_nothing_was_resubmitted(workdir: Path)
 def test_a_folder_in_the_way_of_a_new_run_is_a_clear_error(workdir: Path) -> None:
     (workdir / "runs" / "t").mkdir(parents=True)
     (workdir / "runs" / "t" / "notes.txt").write_text("mine")
-    cfg = write_config(workdir, smoke_config(tasks=1, steps=1, step_s=0))
+    cfg = write_config(workdir, smoke_config(workers=1, steps=1, step_s=0))
     out = sarl("submit", str(cfg), "--cluster", "local", cwd=workdir, check=False)
     assert out.returncode == 2 and "exists and is not a run directory" in out.stderr
     assert sorted(os.listdir(workdir / "runs" / "t")) == ["notes.txt"]

@@ -9,7 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import sarl, smoke_config, task_state, wait_for, write_config
+from conftest import run_config, sarl, smoke_config, task_state, wait_for, write_config
 
 from rl.config import ROLES, Config, ConfigError, validate_config
 
@@ -25,22 +25,31 @@ def _fails(workdir: Path, body: str, *args: str, env: dict[str, str] | None = No
 
 
 def test_unknown_key_is_named(workdir: Path) -> None:
-    err = _fails(workdir, smoke_config(extra="[smoke.job]\ncpus = 4\n"), "--cluster", "local")
+    err = _fails(workdir, smoke_config(smoke={"job": {"cpus": 4}}), "--cluster", "local")
     assert "smoke.job.cpus: unknown key" in err
 
 
 def test_wrong_type_is_named(workdir: Path) -> None:
-    err = _fails(workdir, smoke_config(extra="[smoke.job]\nmem_gb = 'lots'\n"), "--cluster", "local")
+    err = _fails(workdir, smoke_config(smoke={"job": {"mem_gb": "lots"}}), "--cluster", "local")
     assert "smoke.job.mem_gb" in err and "'lots'" in err
 
 
 def test_out_of_range_value_is_named(workdir: Path) -> None:
-    err = _fails(workdir, smoke_config(tasks=0), "--cluster", "local")
-    assert "smoke.tasks" in err and "greater than or equal to 1" in err
+    err = _fails(workdir, smoke_config(workers=0), "--cluster", "local")
+    assert "smoke.workers" in err and "greater than or equal to 1" in err
+
+
+def test_the_old_array_size_key_is_refused_with_its_new_name(workdir: Path) -> None:
+    """`tasks` named a role's array size before it became `workers`; an old
+    config (or an old run's run.toml) gets the new name, not a bare
+    "extra field", and nothing is submitted."""
+    body = smoke_config().replace("workers = 4", "tasks = 4")
+    err = _fails(workdir, body, "--cluster", "local")
+    assert "smoke" in err and "`tasks`" in err and "is now `workers`" in err, err
 
 
 def test_missing_required_key_is_named(workdir: Path) -> None:
-    err = _fails(workdir, "[smoke]\ntasks = 2\n", "--cluster", "local")
+    err = _fails(workdir, "[smoke]\nworkers = 2\n", "--cluster", "local")
     assert "run: required key is missing" in err
 
 
@@ -55,27 +64,27 @@ def test_invalid_toml_names_file(workdir: Path) -> None:
 
 
 def test_no_role_is_an_error(workdir: Path) -> None:
-    err = _fails(workdir, '[run]\nname = "x"\n', "--cluster", "local")
+    err = _fails(workdir, run_config("x"), "--cluster", "local")
     assert "no role is configured" in err
 
 
 def test_multi_node_needs_slurm(workdir: Path) -> None:
-    err = _fails(workdir, smoke_config(extra="[smoke.job]\nnodes = 2\n"), "--cluster", "local")
+    err = _fails(workdir, smoke_config(smoke={"job": {"nodes": 2}}), "--cluster", "local")
     assert "smoke.job.nodes = 2 needs executor.type = 'slurm'" in err
 
 
 @pytest.mark.parametrize(
     ("cores", "words"),
-    [("[0, 4096]", "smoke.job.cpu_list = [0, 4096]: cores [4096] do not exist"), ("[1, 1]", "listed twice")],
+    [([0, 4096], "smoke.job.cpu_list = [0, 4096]: cores [4096] do not exist"), ([1, 1], "listed twice")],
 )
-def test_a_cpu_list_of_cores_that_do_not_exist_is_refused(workdir: Path, cores: str, words: str) -> None:
-    err = _fails(workdir, smoke_config(extra=f"[smoke.job]\ncpu_list = {cores}\n"), "--cluster", "local")
+def test_a_cpu_list_of_cores_that_do_not_exist_is_refused(workdir: Path, cores: list[int], words: str) -> None:
+    err = _fails(workdir, smoke_config(smoke={"job": {"cpu_list": cores}}), "--cluster", "local")
     assert words in err
 
 
 @pytest.mark.slurm
 def test_a_cpu_list_on_slurm_is_refused(workdir: Path, slurm: None) -> None:
-    err = _fails(workdir, smoke_config(extra="[smoke.job]\ncpu_list = [0]\n[executor]\ntype = 'slurm'\n"))
+    err = _fails(workdir, smoke_config(smoke={"job": {"cpu_list": [0]}}, executor={"type": "slurm"}))
     assert "smoke.job.cpu_list: pinning to cores is for executor.type = 'local'" in err
 
 
@@ -85,7 +94,7 @@ def test_a_pinned_role_runs_on_its_cores_alone(workdir: Path) -> None:
     import os
 
     core = max(os.sched_getaffinity(0))
-    cfg = write_config(workdir, smoke_config(tasks=2, steps=1, step_s=0, extra=f"[smoke.job]\ncpu_list = [{core}]\n"))
+    cfg = write_config(workdir, smoke_config(workers=2, steps=1, step_s=0, smoke={"job": {"cpu_list": [core]}}))
     sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
     run = workdir / "runs" / "t"
     done = lambda t: (run / "checkpoints" / "smoke" / f"task-{t:06d}.json").exists() and task_state(run, t)["done"]  # noqa: E731
@@ -95,7 +104,7 @@ def test_a_pinned_role_runs_on_its_cores_alone(workdir: Path) -> None:
 
 @pytest.mark.slurm
 def test_signal_after_time_limit_is_impossible(workdir: Path, slurm: None) -> None:
-    body = smoke_config(extra="[smoke.job]\ntime_min = 1\n[executor]\ntype = 'slurm'\nsignal_delay_s = 90\n")
+    body = smoke_config(smoke={"job": {"time_min": 1}}, executor={"type": "slurm", "signal_delay_s": 90})
     err = _fails(workdir, body)
     assert "executor.signal_delay_s = 90" in err and "smoke.job.time_min = 1" in err
 
@@ -148,7 +157,7 @@ def test_config_doc_lists_every_key_with_docs(workdir: Path) -> None:
     cfg = write_config(workdir, smoke_config())
     out = sarl("config", "show", str(cfg), "--cluster", "local", "--doc", cwd=workdir).stdout
     assert "smoke.job.time_min  [safe mid-run]\n    Time limit of one job, in minutes." in out
-    assert "smoke.tasks\n    Number of tasks" in out
+    assert "smoke.workers\n    Number of tasks" in out
     assert "executor.partition" in out
 
 
@@ -168,7 +177,7 @@ def test_cli_does_not_import_heavy_libraries(workdir: Path) -> None:
 
 @pytest.mark.slow
 def test_existing_run_refuses_unsafe_change_and_keeps_frozen_config(workdir: Path) -> None:
-    cfg = write_config(workdir, smoke_config(tasks=1, steps=1, step_s=0))
+    cfg = write_config(workdir, smoke_config(workers=1, steps=1, step_s=0))
     sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
     frozen = (workdir / "runs/t/run.toml").read_text()
     out = sarl("submit", str(cfg), "--cluster", "local", "--set", "smoke.steps=50", cwd=workdir, check=False)
@@ -180,7 +189,7 @@ def test_existing_run_refuses_unsafe_change_and_keeps_frozen_config(workdir: Pat
 
 @pytest.mark.slow
 def test_existing_run_accepts_safe_change_and_records_it(workdir: Path) -> None:
-    cfg = write_config(workdir, smoke_config(tasks=1, steps=1, step_s=0))
+    cfg = write_config(workdir, smoke_config(workers=1, steps=1, step_s=0))
     sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
     out = sarl("submit", str(cfg), "--cluster", "local", "--set", "smoke.job.time_min=30", cwd=workdir)
     assert "accepted mid-run changes: smoke.job.time_min" in out.stderr
@@ -212,7 +221,7 @@ def test_every_role_field_of_the_config_is_registered_with_its_class() -> None:
 def test_a_config_without_a_role_is_valid_but_cannot_be_submitted(workdir: Path) -> None:
     cfg = validate_config({"run": {"name": "x"}}, "f.toml", cluster="local")
     assert cfg.roles() == {}
-    path = write_config(workdir, '[run]\nname = "x"\n[verify]\nweights = {tests = 1.0}\n')
+    path = write_config(workdir, run_config("x", verify={"weights": {"tests": 1.0}}))
     shown = sarl("config", "show", str(path), "--cluster", "local", cwd=workdir)
     assert "[verify" in shown.stdout
     out = sarl("submit", str(path), "--cluster", "local", cwd=workdir, check=False)

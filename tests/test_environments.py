@@ -274,13 +274,10 @@ def test_a_bad_environment_is_refused_when_the_config_is_read(
 
 
 def test_a_submit_with_a_bad_environment_submits_nothing(workdir: Path) -> None:
-    from conftest import sarl, write_config
+    from conftest import run_config, sarl, write_config
 
-    cfg = write_config(
-        workdir,
-        '[run]\nname = "badenv"\n[rollout]\ntasks_file = "t.jsonl"\n'
-        '[rollout.agent]\nenvironment = "nosuch_env_mod:Env"\n',
-    )
+    agent = {"environment": "nosuch_env_mod:Env"}
+    cfg = write_config(workdir, run_config("badenv", rollout={"tasks_file": "t.jsonl", "agent": agent}))
     out = sarl("submit", str(cfg), "--cluster", "local", cwd=workdir, check=False)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "rollout.agent.environment" in out.stderr and "nosuch_env_mod" in out.stderr

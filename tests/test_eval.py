@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import sarl, task_state, wait_for, write_config
+from conftest import run_config, sarl, task_state, wait_for, write_config
 
 from rl.eval.passk import clustered_se, mean_and_se, pass_at_k
 from rl.eval.run import play_mode, results_folder, summarise, task_result
@@ -102,24 +102,14 @@ def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(wor
     from rl.tasks.synthesis import synthesize
 
     write_tasks(workdir / "held.jsonl", synthesize("filtering", 3, seed=2, difficulty=1))
-    body = """
-[run]
-name = "e"
-root = "runs"
-[run.recovery]
-enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
-[executor]
-type = "local"
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[generator]
-poll_s = 0.5
-[generator.engine]
-type = "hf"
-max_model_len = 1024
-"""
-    cfg = write_config(workdir, body.replace("{tiny_model}", str(tiny_model)))
+    body = run_config(
+        "e",
+        recovery=False,  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
+        executor={"type": "local"},
+        model={"path": tiny_model, "dtype": "float32"},
+        generator={"poll_s": 0.5, "engine": {"type": "hf", "max_model_len": 1024}},
+    )
+    cfg = write_config(workdir, body)
     sarl("submit", str(cfg), cwd=workdir)
     run = workdir / "runs" / "e"
     try:
@@ -164,22 +154,14 @@ def test_bad_eval_section_is_refused_before_submission(workdir: Path, change: st
     write_tasks(workdir / "train.jsonl", tasks[:4])
     write_tasks(workdir / "held.jsonl", tasks[3:] if change == "overlap" else tasks[4:])
     held = "nope.jsonl" if change == "missing" else "held.jsonl"
-    body = f"""
-[run]
-name = "e"
-root = "runs"
-[executor]
-type = "local"
-[model]
-dtype = "float32"
-[generator]
-[rollout]
-tasks_file = "train.jsonl"
-[eval]
-tasks_file = "{held}"
-n = 2
-k = [{4 if change == "k" else 1}]
-"""
+    body = run_config(
+        "e",
+        executor={"type": "local"},
+        model={"dtype": "float32"},
+        generator={},
+        rollout={"tasks_file": "train.jsonl"},
+        eval={"tasks_file": held, "n": 2, "k": [4 if change == "k" else 1]},
+    )
     out = sarl("submit", str(write_config(workdir, body)), cwd=workdir, check=False)
     assert out.returncode == 2 and words in out.stderr, out.stderr
     assert not (workdir / "runs" / "e").exists()
@@ -201,28 +183,20 @@ def test_the_eval_role_evaluates_version_0_and_every_nth_version_once_with_curve
     from rl.tasks.synthesis import synthesize
 
     write_tasks(workdir / "held.jsonl", synthesize("arithmetic", 2, seed=4, difficulty=1))
-    body = f"""
-[run]
-name = "e"
-root = "runs"
-[executor]
-type = "local"
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[eval]
-tasks_file = "held.jsonl"
-every = 2
-n = 2
-k = [1, 2]
-poll_s = 0.5
-[eval.engine]
-type = "hf"
-max_model_len = 512
-[eval.agent]
-max_turns = 1
-max_tokens = 16
-"""
+    body = run_config(
+        "e",
+        executor={"type": "local"},
+        model={"path": tiny_model, "dtype": "float32"},
+        eval={
+            "tasks_file": "held.jsonl",
+            "every": 2,
+            "n": 2,
+            "k": [1, 2],
+            "poll_s": 0.5,
+            "engine": {"type": "hf", "max_model_len": 512},
+            "agent": {"max_turns": 1, "max_tokens": 16},
+        },
+    )
     run = workdir / "runs" / "e"
     base = load_file(str(tiny_model / "model.safetensors"))
     sarl("submit", str(write_config(workdir, body)), cwd=workdir)
@@ -270,21 +244,13 @@ def test_a_terminated_sarl_eval_leaves_no_engine_process_behind(workdir: Path, t
     from rl.tasks.synthesis import synthesize
 
     write_tasks(workdir / "held.jsonl", synthesize("filtering", 40, seed=2, difficulty=1))
-    body = """
-[run]
-name = "k"
-root = "runs"
-[executor]
-type = "local"
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[generator]
-[generator.engine]
-type = "vllm"
-max_model_len = 1024
-"""
-    cfg = write_config(workdir, body.replace("{tiny_model}", str(tiny_model)))
+    body = run_config(
+        "k",
+        executor={"type": "local"},
+        model={"path": tiny_model, "dtype": "float32"},
+        generator={"engine": {"type": "vllm", "max_model_len": 1024}},
+    )
+    cfg = write_config(workdir, body)
     sarl("submit", str(cfg), cwd=workdir)
     run = workdir / "runs" / "k"
     sarl("cancel", str(run), cwd=workdir)  # the eval starts its own engine

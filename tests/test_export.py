@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import torch
-from conftest import sarl, write_config
+from conftest import run_config, sarl, write_config
 
 
 def _run_with_versions(workdir: Path, tiny_model: Path) -> tuple[Path, dict[str, torch.Tensor]]:
@@ -20,9 +20,9 @@ def _run_with_versions(workdir: Path, tiny_model: Path) -> tuple[Path, dict[str,
 
     run = workdir / "runs" / "x"
     (run / "store.zarr").mkdir(parents=True)
+    model = {"path": tiny_model, "dtype": "float32"}
     (run / "run.toml").write_text(
-        f'[run]\nname = "x"\nroot = ".."\n[executor]\ntype = "local"\n'
-        f'[model]\npath = "{tiny_model}"\ndtype = "float32"\n[smoke]\n'
+        run_config("x", run={"root": ".."}, executor={"type": "local"}, model=model, smoke={})
     )
     model = AutoModelForCausalLM.from_pretrained(tiny_model, dtype=torch.float32)
     torch.manual_seed(1)
@@ -47,7 +47,7 @@ def test_export_writes_the_version_as_a_checkpoint_another_run_starts_from(workd
     assert loaded.keys() == weights.keys()
     assert all(torch.equal(loaded[k], weights[k]) for k in weights)  # the stored bytes, not the base's
     # another run's [model] path accepts it
-    body = f'[run]\nname = "next"\n[executor]\ntype = "local"\n[model]\npath = "{folder}"\n[smoke]\n'
+    body = run_config("next", executor={"type": "local"}, model={"path": folder}, smoke={})
     assert load_config(write_config(workdir, body)).model.path == str(folder)
 
 

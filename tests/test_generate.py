@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sarl, write_config
+from conftest import run_config, sarl, write_config
 from generation_weights import GREEDY, base, corrupt, prompt, two_versions
 
 from rl.engine import BadRequest
@@ -46,12 +46,12 @@ def test_builtin_model_is_converted_once_into_a_checkpoint(model: ModelConfig, t
 
 
 def test_bad_model_and_engine_config_are_refused_before_submit(workdir: Path) -> None:
-    for body, key in [
-        ('[model]\npath = "/nonexistent/model"\n[generator]\n', "model.path"),
-        ('[generator.engine]\ntype = "tgi"\n', "generator.engine.type"),
-        ("[generator]\nport = 70000\n", "generator.port"),
+    for sections, key in [
+        ({"model": {"path": "/nonexistent/model"}, "generator": {}}, "model.path"),
+        ({"generator": {"engine": {"type": "tgi"}}}, "generator.engine.type"),
+        ({"generator": {"port": 70000}}, "generator.port"),
     ]:
-        cfg = write_config(workdir, f'[run]\nname = "g"\nroot = "runs"\n[executor]\ntype = "local"\n{body}')
+        cfg = write_config(workdir, run_config("g", executor={"type": "local"}, **sections))
         proc = sarl("submit", str(cfg), cwd=workdir, check=False)
         assert proc.returncode == 2, proc.stderr
         assert key in proc.stderr

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sarl, task_state, wait_for, write_config
+from conftest import merged, run_config, sarl, task_state, wait_for, write_config
 from generation_weights import GREEDY, corrupt, perturbed, prompt
 
 from rl.model import ModelConfig
@@ -28,32 +28,20 @@ from rl.store.weights import WeightStore
 pytestmark = [pytest.mark.slow]
 
 
-def _generator_config(cache: Path, backend: str, tasks: int, executor: str, extra: str = "") -> str:
-    """`cache`: the built-in model's cache, or a checkpoint folder (the tiny model)."""
-    model = f'path = "{cache}"' if (cache / "config.json").exists() else f'cache_dir = "{cache}"'
-    return f"""
-[run]
-name = "g"
-root = "runs"
-
-[run.recovery]
-enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
-[executor]
-type = "{executor}"
-
-[model]
-dtype = "float32"
-{model}
-
-[generator]
-tasks = {tasks}
-poll_s = 0.5
-
-[generator.engine]
-type = "{backend}"
-max_model_len = 1024
-{extra}
-"""
+def _generator_config(
+    cache: Path, backend: str, workers: int, executor: str, generator: dict[str, Any] | None = None
+) -> str:
+    """`cache`: the built-in model's cache, or a checkpoint folder (the tiny
+    model); `generator`: keys over the generator section's."""
+    model = {"path": cache} if (cache / "config.json").exists() else {"cache_dir": cache}
+    base = {"workers": workers, "poll_s": 0.5, "engine": {"type": backend, "max_model_len": 1024}}
+    return run_config(
+        "g",
+        recovery=False,  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
+        executor={"type": executor},
+        model={"dtype": "float32", **model},
+        generator=merged(base, generator or {}),
+    )
 
 
 def _tb_scalars(folder: Path, version: int) -> dict[str, list[float]] | None:
@@ -192,9 +180,8 @@ def _health(ep: Any, run_dir: Path) -> dict[str, Any]:
 def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
     workdir: Path, slurm: None, model_cache: Path, model: ModelConfig, tok: Any
 ) -> None:
-    job = "[generator.job]\ncpus_per_task = 2\nmem_gb = 6\n"
-    engine = "kv_cache_gb = 0.5\n"
-    cfg = write_config(workdir, _generator_config(model_cache, "vllm", 1, "slurm", engine + job))
+    generator = {"engine": {"kv_cache_gb": 0.5}, "job": {"cpus_per_task": 2, "mem_gb": 6}}
+    cfg = write_config(workdir, _generator_config(model_cache, "vllm", 1, "slurm", generator))
     out = sarl("submit", str(cfg), cwd=workdir)
     assert out.stdout.startswith("Submitted generator job ")
     run_dir = workdir / "runs" / "g"
@@ -260,8 +247,8 @@ def test_generator_role_on_slurm_serves_with_vllm_and_reloads(
 def test_preempted_generator_comes_back_serving_the_newest_version(
     workdir: Path, slurm: None, tiny_model: Path, tok: Any
 ) -> None:
-    job = "[generator.job]\ncpus_per_task = 8\nmem_gb = 4\ntime_min = 30\n"  # fills the node: preemptable
-    cfg = write_config(workdir, _generator_config(tiny_model, "hf", 1, "slurm", job))
+    job = {"cpus_per_task": 8, "mem_gb": 4, "time_min": 30}  # fills the node: preemptable
+    cfg = write_config(workdir, _generator_config(tiny_model, "hf", 1, "slurm", {"job": job}))
     sarl("submit", str(cfg), cwd=workdir)
     run_dir = workdir / "runs" / "g"
     try:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import run_config
 
 REPO = Path(__file__).parents[1]
 AGENT = REPO / "examples" / "harness" / "react_agent.py"
@@ -31,8 +32,8 @@ def test_a_harness_episode_stores_exactly_the_ids_the_engine_sampled(tmp_path: P
 
     from rl.engine import make_engine
     from rl.engine.config import SamplingParams
+    from rl.rollout.generation import episode_seed
     from rl.rollout.loop import play
-    from rl.rollout.worker import episode_seed
     from rl.serving.client import GeneratorClient
     from rl.serving.inprocess import serving
     from rl.tasks.format import write_tasks
@@ -256,57 +257,38 @@ def test_a_program_cut_by_its_deadline_after_waiting_for_a_generator_is_retried_
 
 
 def _run_config(tasks_file: Path, tiny_model: Path, groups: int, learner: bool, recovery: bool = False) -> str:
-    learn = """
-[learner]
-steps = 1
-samples_per_step = 4
-micro_batches = 2
-poll_s = 0.2
-[learner.job]
-mem_gb = 6
-[learner.optimizer]
-lr = 1e-3
-"""
-    return f"""
-[run]
-name = "h"
-root = "runs"
-max_staleness = 1000
-seed = 3
-[run.recovery]
-enabled = {"true" if recovery else "false"}
-check_s = 2
-beat_s = 1
-[executor]
-type = "local"
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[sandbox]
-runtime = "venv"
-packages = ["openai"]
-[generator]
-poll_s = 0.5
-[generator.engine]
-type = "hf"
-max_model_len = 1024
-threads = 1
-[rollout]
-tasks_file = "{tasks_file}"
-groups = {groups}
-group_size = 2
-concurrency = 2
-batch_groups = 1
-groups_per_step = 2
-[rollout.agent]
-max_turns = 2
-max_tokens = 8
-temperature = 1.0
-[rollout.agent.harness]
-command = ["python3", "react_agent.py"]
-files = {{ "react_agent.py" = "{AGENT}" }}
-{learn if learner else ""}
-"""
+    learn = {
+        "steps": 1,
+        "samples_per_step": 4,
+        "micro_batches": 2,
+        "poll_s": 0.2,
+        "job": {"mem_gb": 6},
+        "optimizer": {"lr": 1e-3},
+    }
+    return run_config(
+        "h",
+        run={"max_staleness": 1000, "seed": 3},
+        recovery={"enabled": recovery, "check_s": 2, "beat_s": 1},
+        executor={"type": "local"},
+        model={"path": tiny_model, "dtype": "float32"},
+        sandbox={"runtime": "venv", "packages": ["openai"]},
+        generator={"poll_s": 0.5, "engine": {"type": "hf", "max_model_len": 1024, "threads": 1}},
+        rollout={
+            "tasks_file": tasks_file,
+            "groups": groups,
+            "group_size": 2,
+            "concurrency": 2,
+            "batch_groups": 1,
+            "groups_per_step": 2,
+            "agent": {
+                "max_turns": 2,
+                "max_tokens": 8,
+                "temperature": 1.0,
+                "harness": {"command": ["python3", "react_agent.py"], "files": {"react_agent.py": AGENT}},
+            },
+        },
+        learner=learn if learner else None,
+    )
 
 
 @pytest.mark.slow
@@ -324,7 +306,7 @@ def test_a_harness_run_on_slurm_trains_the_learner_on_the_sampled_ids(
     from rl.engine import make_engine
     from rl.engine.config import HFEngineConfig, SamplingParams
     from rl.model import ModelConfig
-    from rl.rollout.worker import episode_seed
+    from rl.rollout.generation import episode_seed
     from rl.store import Store
     from rl.tasks.format import write_tasks
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import sarl, task_state, wait_for, write_config
+from conftest import run_config, sarl, task_state, wait_for, write_config
 from learner_runs import learner_config, learner_state, published_weights, rollout_batches, start_learner
 
 from rl.store import Sample, Store
@@ -27,7 +27,7 @@ from rl.store import Sample, Store
 
 @pytest.mark.slow
 def test_learner_trains_each_batch_once_and_publishes_every_version(workdir: Path, tiny_model: Path) -> None:
-    run = start_learner(workdir, "a", tiny_model, steps=3, extra="keep_versions = 2\n[learner.loss]\nkl_coef = 0.1\n")
+    run = start_learner(workdir, "a", tiny_model, steps=3, learner={"keep_versions": 2, "loss": {"kl_coef": 0.1}})
     try:
         # `--wait` through a pipe, as in a batch job's log: plain lines, the learner's steps, no carriage return
         waited = sarl("status", str(run), "--wait", "--every", "1", cwd=run.parents[1])
@@ -290,32 +290,21 @@ def _learn(workdir: Path, tiny_model: Path, name: str, shuffle: bool, rounds: in
 
     folder = workdir / name
     folder.mkdir()
-    body = f"""
-[run]
-name = "l"
-root = "runs"
-seed = 3
-max_staleness = 0
-[executor]
-type = "local"
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[generator]
-poll_s = 0.2
-[generator.engine]
-type = "hf"
-max_model_len = 128
-threads = 1
-[learner]
-steps = {rounds}
-samples_per_step = 16
-poll_s = 0.1
-threads = 1
-precision = "float32"
-[learner.optimizer]
-lr = 3e-2
-"""
+    body = run_config(
+        "l",
+        run={"seed": 3, "max_staleness": 0},
+        executor={"type": "local"},
+        model={"path": tiny_model, "dtype": "float32"},
+        generator={"poll_s": 0.2, "engine": {"type": "hf", "max_model_len": 128, "threads": 1}},
+        learner={
+            "steps": rounds,
+            "samples_per_step": 16,
+            "poll_s": 0.1,
+            "threads": 1,
+            "precision": "float32",
+            "optimizer": {"lr": 3e-2},
+        },
+    )
     sarl("submit", str(write_config(folder, body)), cwd=folder)
     run = folder / "runs" / "l"
     tok = load_tokenizer(tiny_model)
@@ -380,28 +369,26 @@ def test_a_tiny_model_learns_from_reward_alone_and_a_shuffled_control_does_not(w
 
 
 @pytest.mark.parametrize(
-    ("extra", "words"),
+    ("learner", "words"),
     [
-        ('[learner.loss]\ntype = "ppo2"\n', "learner.loss"),
-        ("max_staleness = -1\n", "learner.max_staleness: moved to run.max_staleness"),
-        ("lr_typo = 1\n", "learner.lr_typo: unknown key"),
-        ("train_top_layers = 3\n", "learner.train_top_layers = 3: "),
-        ("[learner.loss]\nkl_coef = -0.1\n", "learner.loss.kl_coef"),
-        ('[learner.loss]\ntype = "sft"\nsource = "references"\n', "tasks_file: source = 'references' needs"),
-        ('[learner.loss]\ntype = "sft"\nsource = "references"\ntasks_file = "nope.jsonl"\n', "does not exist"),
-        ("[learner.correction]\nband_low = 3.0\n", "band_low = 3.0 must be below band_high"),
-        ("[learner.job]\ntasks_per_node = 3\n", "micro_batches = 2 is not a multiple of the 3 ranks"),
-        ("[generator]\n[generator.job]\ntasks_per_node = 2\n", "generator.job: nodes = 1, tasks_per_node = 2"),
+        ({"loss": {"type": "ppo2"}}, "learner.loss"),
+        ({"max_staleness": -1}, "learner.max_staleness: moved to run.max_staleness"),
+        ({"lr_typo": 1}, "learner.lr_typo: unknown key"),
+        ({"train_top_layers": 3}, "learner.train_top_layers = 3: "),
+        ({"loss": {"kl_coef": -0.1}}, "learner.loss.kl_coef"),
+        ({"loss": {"type": "sft", "source": "references"}}, "tasks_file: source = 'references' needs"),
+        ({"loss": {"type": "sft", "source": "references", "tasks_file": "nope.jsonl"}}, "does not exist"),
+        ({"correction": {"band_low": 3.0}}, "band_low = 3.0 must be below band_high"),
+        ({"job": {"tasks_per_node": 3}}, "micro_batches = 2 is not a multiple of the 3 ranks"),
+        ({"generator": {"job": {"tasks_per_node": 2}}}, "generator.job: nodes = 1, tasks_per_node = 2"),
     ],
 )
 def test_bad_learner_input_is_refused_before_submission(
-    workdir: Path, tiny_model: Path, extra: str, words: str
+    workdir: Path, tiny_model: Path, learner: dict[str, Any], words: str
 ) -> None:
-    section = extra.startswith("[")  # a section of its own, else keys of [learner]
-    body = learner_config(tiny_model, 2, "" if section else extra).replace(
-        "[learner.job]\ntasks_per_node = 1\nmem_gb = 6\n", ""
-    )
-    out = sarl("submit", str(write_config(workdir, body + (extra if section else ""))), cwd=workdir, check=False)
+    generator = learner.pop("generator", None)  # a section of its own; the rest are the learner's keys
+    body = learner_config(tiny_model, 2, learner, generator=generator)
+    out = sarl("submit", str(write_config(workdir, body)), cwd=workdir, check=False)
     assert out.returncode == 2 and words in out.stderr, out.stderr
     assert not (workdir / "runs" / "l").exists()
 
@@ -443,13 +430,8 @@ def test_sft_on_task_references_lowers_their_loss_and_publishes(workdir: Path, t
     folder = workdir / "sft"
     folder.mkdir()
     write_tasks(folder / "train.jsonl", import_humaneval()[:4])
-    extra = '[learner.loss]\ntype = "sft"\nsource = "references"\ntasks_file = "train.jsonl"\n'
-    body = (
-        learner_config(tiny_model, 8)
-        .replace("lr = 1e-3", "lr = 1e-2")
-        .replace("[learner]\n", "[learner]\ntrain_top_layers = 1\n")
-    )
-    body += extra
+    loss = {"type": "sft", "source": "references", "tasks_file": "train.jsonl"}
+    body = learner_config(tiny_model, 8, {"train_top_layers": 1, "optimizer": {"lr": 1e-2}, "loss": loss})
     sarl("submit", str(write_config(folder, body)), cwd=folder)
     run = folder / "runs" / "l"
     try:
@@ -511,7 +493,7 @@ def test_sync_mode_trains_each_round_alone_and_any_commit_order_gives_the_same_w
     for name, order in (("in-order", [0, 1, 2, 3]), ("shuffled", [3, 2, 1, 0])):
         folder = workdir / name
         folder.mkdir()
-        body = learner_config(tiny_model, 2).replace("max_staleness = 1000\n", 'mode = "sync"\n')
+        body = learner_config(tiny_model, 2, run={"max_staleness": None, "mode": "sync"})
         sarl("submit", str(write_config(folder, body)), cwd=folder)
         run = folder / "runs" / "l"
         store = Store(run / "store.zarr")

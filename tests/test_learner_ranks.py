@@ -91,7 +91,7 @@ def test_zero3_on_two_ranks_publishes_every_version_with_the_weights_of_one_rank
     the same committed data, to the tolerance of `_close`."""
     steps = 3
     one = start_learner(workdir, "one", tiny_model, steps)
-    z3 = start_learner(workdir, "z3", tiny_model, steps, extra="zero_stage = 3", ranks=2)
+    z3 = start_learner(workdir, "z3", tiny_model, steps, learner={"zero_stage": 3}, ranks=2)
     try:
         for run in (one, z3):
             wait_for(lambda run=run: learner_state(run).get("done"), 600, f"the learner of {run.parent.parent.name}")
@@ -127,7 +127,7 @@ def test_two_ranks_meet_through_the_run_directory_though_the_port_a_job_would_ch
     port = taken.getsockname()[1]
     folder = workdir / "meet"
     folder.mkdir()
-    cfg = write_config(folder, learner_config(tiny_model, 2, "collective_timeout_s = 30\n", ranks=2))
+    cfg = write_config(folder, learner_config(tiny_model, 2, {"collective_timeout_s": 30}, ranks=2))
     run = folder / "runs" / "l"
     env = {**os.environ, "MASTER_PORT": str(port)}  # what submitit's environment takes the master port from
     try:

@@ -28,16 +28,18 @@ from rl.store import Store
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", ["", "[learner.lora]\nrank = 4\n"], ids=["full", "lora"])
-def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path, extra: str) -> None:
+@pytest.mark.parametrize("learner", [{}, {"lora": {"rank": 4}}], ids=["full", "lora"])
+def test_a_learner_killed_three_times_ends_bit_exact(workdir: Path, tiny_model: Path, learner: dict) -> None:
     """Full fine-tuning, and LoRA (whose checkpoints hold the adapters and
     their moments, the frozen base read again from the model)."""
     steps = 6
-    straight = start_learner(workdir, "straight", tiny_model, steps, extra)  # side by side: the result is not timing's
+    straight = start_learner(
+        workdir, "straight", tiny_model, steps, learner
+    )  # side by side: the result is not timing's
     # the killed run is fed the same batches (one a step), in the same order, one step ahead of
     # each kill point: it may be inside that step when killed, never past it (a fast machine ran
     # the rest of the steps within the random delay before a kill)
-    killed = start_learner(workdir, "killed", tiny_model, steps, extra, groups=0)
+    killed = start_learner(workdir, "killed", tiny_model, steps, learner, groups=0)
     batches = rollout_batches(tiny_model, groups=2 * steps)
     writer = Store(killed / "store.zarr").writer("rollout-000000")
 
@@ -151,8 +153,7 @@ def test_a_learner_killed_after_publishing_past_its_checkpoint_redoes_those_step
     published (and pruned). It publishes nothing older than the newest, and
     goes on to publish 6."""
     steps = 6
-    extra = "checkpoint_every = 3\nkeep_versions = 1\n"
-    run = start_learner(workdir, "p", tiny_model, steps, extra=extra, groups=0)
+    run = start_learner(workdir, "p", tiny_model, steps, learner={"checkpoint_every": 3, "keep_versions": 1}, groups=0)
     batches = rollout_batches(tiny_model, groups=2 * steps)
     writer = Store(run / "store.zarr").writer("rollout-000000")
     store = Store(run / "store.zarr")
@@ -239,7 +240,9 @@ def test_a_usr2_inside_a_held_section_is_answered_when_it_ends() -> None:
 
 @pytest.mark.slow
 def test_usr2_saves_the_last_step_at_once_and_the_requeued_learner_goes_on(workdir: Path, tiny_model: Path) -> None:
-    run = start_learner(workdir, "usr2", tiny_model, steps=8, extra="checkpoint_every = 100\n")  # only USR2 and the end
+    run = start_learner(
+        workdir, "usr2", tiny_model, steps=8, learner={"checkpoint_every": 100}
+    )  # only USR2 and the end
     try:
         wait_for(lambda: learner_state(run).get("step", 0) >= 3, 300, "step 3")
         pid = learner_pid(run)

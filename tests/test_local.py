@@ -24,7 +24,7 @@ def _all_done(run: Path) -> bool:
 
 
 def test_smoke_array_completes_locally(workdir: Path) -> None:
-    run = _submit(workdir, smoke_config(tasks=3, steps=4, step_s=0.2))
+    run = _submit(workdir, smoke_config(workers=3, steps=4, step_s=0.2))
     st = status(run)["roles"]["smoke"]
     assert st["counts"]["done"] < 3  # submit returned before the work was done
     # `sarl logs -f` follows the tasks as they start and write, and ends once every one has ended
@@ -40,14 +40,14 @@ def test_smoke_array_completes_locally(workdir: Path) -> None:
 
 
 def test_local_jobs_outlive_the_submitting_session(workdir: Path) -> None:
-    run = _submit(workdir, smoke_config(tasks=1, steps=30, step_s=0.2))
+    run = _submit(workdir, smoke_config(workers=1, steps=30, step_s=0.2))
     pid = int(status(run)["roles"]["smoke"]["detail"][0]["job_id"].split()[1])
     assert os.getsid(pid) == pid != os.getsid(0)  # leads a session of its own
     sarl("cancel", str(run), cwd=workdir)
 
 
 def test_local_cancel_then_resume_continues_from_state(workdir: Path) -> None:
-    run = _submit(workdir, smoke_config(tasks=2, steps=40, step_s=0.2))
+    run = _submit(workdir, smoke_config(workers=2, steps=40, step_s=0.2))
     wait_for(
         lambda: all(
             os.path.exists(run / f"checkpoints/smoke/task-00000{t}.json") and task_state(run, t)["step"] >= 3
@@ -78,7 +78,7 @@ def test_local_cancel_then_resume_continues_from_state(workdir: Path) -> None:
 
 
 def test_local_array_parallelism_is_enforced(workdir: Path) -> None:
-    body = smoke_config(tasks=4, steps=3, step_s=0.3, extra="[smoke.job]\narray_parallelism = 2\n")
+    body = smoke_config(workers=4, steps=3, step_s=0.3, smoke={"job": {"array_parallelism": 2}})
     run = _submit(workdir, body)
     wait_for(lambda: _all_done(run), 60, "4 tasks to finish")
     spans = [(task_state(run, t)["starts"][0]["at"], task_state(run, t)["updated_at"]) for t in range(4)]
@@ -87,7 +87,7 @@ def test_local_array_parallelism_is_enforced(workdir: Path) -> None:
 
 
 def test_local_failure_is_reported_with_its_exception(workdir: Path) -> None:
-    run = _submit(workdir, smoke_config(tasks=2, steps=4, step_s=0.1, extra="fail_tasks = [1]"))
+    run = _submit(workdir, smoke_config(workers=2, steps=4, step_s=0.1, smoke={"fail_tasks": [1]}))
     wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["failed"] == 1, 60, "task 1 to fail")
     t1 = status(run)["roles"]["smoke"]["detail"][1]
     assert t1["status"] == "FAILED"

@@ -129,8 +129,8 @@ def test_a_corrupt_adapter_or_one_for_another_base_is_refused_and_the_engine_kee
 def _lora_run(workdir: Path, tiny_model: Path, steps: int) -> Path:
     from learner_runs import commit_rollouts, learner_config
 
-    extra = f"keep_versions = 2\n[learner.lora]\nrank = {LORA['rank']}\nalpha = {LORA['alpha']}\n"
-    cfg = write_config(workdir, learner_config(tiny_model, steps, extra))
+    learner = {"keep_versions": 2, "lora": {"rank": LORA["rank"], "alpha": LORA["alpha"]}}
+    cfg = write_config(workdir, learner_config(tiny_model, steps, learner))
     sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
     run = workdir / "runs" / "l"
     commit_rollouts(run, tiny_model, groups=2 * steps)
@@ -192,12 +192,12 @@ def test_a_lora_run_stores_adapters_alone_exports_a_plain_checkpoint_and_is_serv
 def test_a_lora_config_is_checked_before_submission(workdir: Path, tiny_model: Path) -> None:
     from learner_runs import learner_config
 
-    for extra, says in [
-        ("train_top_layers = 1\n[learner.lora]\nrank = 4\n", "choose one way"),
-        ("[learner.lora]\nrank = 0\n", "learner.lora.rank"),
-        ("bf16 = true\n", "replaced by `precision`"),
+    for learner, says in [
+        ({"train_top_layers": 1, "lora": {"rank": 4}}, "choose one way"),
+        ({"lora": {"rank": 0}}, "learner.lora.rank"),
+        ({"bf16": True}, "replaced by `precision`"),
     ]:
-        cfg = write_config(workdir, learner_config(tiny_model, 2, extra))
+        cfg = write_config(workdir, learner_config(tiny_model, 2, learner))
         out = sarl("submit", str(cfg), "--cluster", "local", cwd=workdir, check=False)
         assert out.returncode == 2 and says in out.stderr, out.stderr
         assert not (workdir / "runs").exists()

@@ -13,11 +13,14 @@ from typing import Any
 
 from conftest import sarl, smoke_config, task_state, wait_for, write_config
 
-RECOVERY = "[run.recovery]\nenabled = true\ncheck_s = 1\nbeat_s = 0.5\nhung_s = 5\n"
+RECOVERY = {"enabled": True, "check_s": 1, "beat_s": 0.5, "hung_s": 5}
 
 
-def _start(workdir: Path, steps: int, step_s: float, extra: str = "", recovery: str = "") -> Path:
-    body = smoke_config(tasks=2, steps=steps, step_s=step_s, extra=extra, recovery=True) + RECOVERY + recovery
+def _start(workdir: Path, steps: int, step_s: float, smoke: Any = None, recovery: Any = None) -> Path:
+    """The smoke run with recovery on; `smoke` and `recovery`: more keys of their sections."""
+    body = smoke_config(
+        workers=2, steps=steps, step_s=step_s, smoke=smoke or {}, recovery={**RECOVERY, **(recovery or {})}
+    )
     sarl("submit", str(write_config(workdir, body)), "--cluster", "local", cwd=workdir)
     return workdir / "runs" / "t"
 
@@ -84,7 +87,7 @@ def test_a_task_that_beats_but_makes_no_progress_is_cancelled_as_stalled_and_rep
     the replacement finishes from the committed step."""
     # task 0 (the watcher) runs 30 s: past task 1's stall at step 50, stall_s, and the
     # local cancel's 5 s SIGTERM grace
-    run = _start(workdir, steps=100, step_s=0.3, extra="stall_tasks = [1]\n", recovery="stall_s = 5\n")
+    run = _start(workdir, steps=100, step_s=0.3, smoke={"stall_tasks": [1]}, recovery={"stall_s": 5})
     try:
         wait_for(lambda: _state(run, 1).get("step", 0) >= 50, 60, "task 1 to reach its stall")
         victim = _pid(run, 1)
@@ -104,7 +107,7 @@ def test_a_crash_loop_is_given_up_after_max_restarts_with_the_reason_in_status(w
     """Task 1 raises half-way at every start (smoke.fail_tasks). With
     max_restarts = 2 it is started 3 times, then left down; `sarl status`
     says why. `sarl resume` (a person) clears the count and starts it again."""
-    run = _start(workdir, steps=400, step_s=0.2, extra="fail_tasks = [1]\n", recovery="max_restarts = 2\n")
+    run = _start(workdir, steps=400, step_s=0.2, smoke={"fail_tasks": [1]}, recovery={"max_restarts": 2})
     try:
         wait_for(lambda: "not restarted" in _status_reason(run, 1), 150, "task 1 to be given up")
         assert len(_state(run, 1)["starts"]) == 3 and len(_deaths(run, 1)) == 3

@@ -61,7 +61,7 @@ def test_status_shows_the_run_folders_disk_use_as_du_counts_it(workdir: Path, mo
 
     from rl.run import disk
 
-    cfg = write_config(workdir, smoke_config(tasks=2, steps=2, step_s=0.1))
+    cfg = write_config(workdir, smoke_config(workers=2, steps=2, step_s=0.1))
     sarl("submit", str(cfg), "--cluster", "local", cwd=workdir)
     run = workdir / "runs" / "t"
     wait_for(lambda: all(t["status"] == "DONE" for t in status(run)["roles"]["smoke"]["detail"]), 120, "the run")

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import hf_worker, sarl, status, task_state, wait_for, write_config
+from conftest import hf_worker, merged, run_config, sarl, status, task_state, wait_for, write_config
 
 from rl.episodes.samples import POLICY_FAILURES
 from rl.store import Store
@@ -33,73 +33,67 @@ def tasks_file(workdir: Path) -> Path:
     return path
 
 
+GENERATOR = {"poll_s": 0.5, "engine": {"type": "hf", "max_model_len": 1024}}
+
+
 def _config(
-    tasks_file: Path, extra: str = "", generator: bool = True, groups: int = 6, model: Path | None = None
+    tasks_file: Path | list[Any],
+    generator: bool | dict[str, Any] = True,
+    groups: int = 6,
+    model: Path | None = None,
+    run: dict[str, Any] | None = None,
+    rollout: dict[str, Any] | None = None,
+    recovery: bool | dict[str, Any] = False,  # most tests here watch the manual path (sarl resume)
+    **sections: Any,
 ) -> str:
-    """`model`: the tiny model for the tests whose subject is delivery, not the policy's answers."""
-    gen = """
-[generator]
-poll_s = 0.5
-[generator.engine]
-type = "hf"
-max_model_len = 1024
-"""
-    return f"""
-[run]
-name = "r"
-root = "runs"
-[run.recovery]
-enabled = false  # a test of the manual path (sarl resume); tests/test_recovery.py turns it on
-[executor]
-type = "local"
-[model]
-dtype = "float32"
-{f'path = "{model}"' if model else ""}
-{gen if generator else ""}
-[rollout]
-tasks_file = "{tasks_file}"
-groups = {groups}
-group_size = 2
-concurrency = 4
-[rollout.agent]
-max_turns = 1
-max_tokens = 24
-{extra}
-"""
+    """A rollout run without a learner. `model`: the tiny model for the tests
+    whose subject is delivery, not the policy's answers; `run`, `rollout`:
+    keys over their sections'; `sections`: other sections."""
+    base = {"tasks_file": tasks_file, "groups": groups, "group_size": 2, "concurrency": 4}
+    return run_config(
+        "r",
+        recovery=recovery,
+        run=run or {},
+        executor={"type": "local"},
+        model={"dtype": "float32", "path": model},
+        generator=merged(GENERATOR, generator if isinstance(generator, dict) else {}) if generator else None,
+        rollout=merged({**base, "agent": {"max_turns": 1, "max_tokens": 24}}, rollout or {}),
+        **sections,
+    )
 
 
 @pytest.mark.parametrize(
     ("change", "words"),
     [
         ({"generator": False}, "rollout workers need generators: add a [generator] section"),
-        ({"extra": "[rollout.x]\n"}, "rollout.x: unknown key"),
-        ({"extra": "max_staleness = -1\n", "where": "run"}, "run.max_staleness"),
-        ({"extra": "max_staleness = 2\n", "where": "rollout"}, "rollout.max_staleness: moved to run.max_staleness"),
+        ({"rollout": {"x": {}}}, "rollout.x: unknown key"),
+        ({"run": {"max_staleness": -1}}, "run.max_staleness"),
+        ({"rollout": {"max_staleness": 2}}, "rollout.max_staleness: moved to run.max_staleness"),
         ({"bad_tasks": True}, "rollout.tasks_file"),
-        ({"extra": "max_staleness = 2\n", "where": "run"}, "run.max_staleness needs rollout.groups_per_step"),
-        ({"extra": "groups_per_step = 7\n", "where": "rollout"}, "groups_per_step = 7 is more than the 6 groups"),
-        ({"mode": "sync"}, "rollout.groups_per_step: run.mode = 'sync' plays one round"),
-        ({"mode": "sync", "extra": "max_staleness = 1\n", "where": "run"}, "run.max_staleness = 1: run.mode = 'sync'"),
+        ({"run": {"max_staleness": 2}}, "run.max_staleness needs rollout.groups_per_step"),
+        ({"rollout": {"groups_per_step": 7}}, "groups_per_step = 7 is more than the 6 groups"),
+        ({"run": {"mode": "sync"}}, "rollout.groups_per_step: run.mode = 'sync' plays one round"),
+        ({"run": {"mode": "sync", "max_staleness": 1}}, "run.max_staleness = 1: run.mode = 'sync'"),
         (
-            {"mode": "sync", "extra": "groups_per_step = 2\n[learner]\nsamples_per_step = 6\n", "where": "rollout"},
+            {"run": {"mode": "sync"}, "rollout": {"groups_per_step": 2}, "learner": {"samples_per_step": 6}},
             "learner.samples_per_step = 6 must equal rollout.groups_per_step x rollout.group_size = 2 x 2 = 4",
         ),
         (
             {
-                "mode": "sync",
-                "extra": "groups_per_step = 2\n[learner]\nsamples_per_step = 4\ntokens_per_step = 64\n",
-                "where": "rollout",
+                "run": {"mode": "sync"},
+                "rollout": {"groups_per_step": 2},
+                "learner": {"samples_per_step": 4, "tokens_per_step": 64},
             },
             "learner.tokens_per_step = 64: run.mode = 'sync'",
         ),
-        ({"extra": "file_weights = [1.0, 2.0]\n", "where": "rollout"}, "file_weights: 2 weights for 1 task files"),
+        ({"rollout": {"file_weights": [1.0, 2.0]}}, "file_weights: 2 weights for 1 task files"),
         ({"second_file": True}, "is in both"),
-        ({"extra": "[learner]\nsamples_per_step = 2\nmicro_batches = 4\n"}, "micro_batches = 4 is more than"),
+        ({"learner": {"samples_per_step": 2, "micro_batches": 4}}, "micro_batches = 4 is more than"),
         (
             {
-                "mode": "sync",
-                "extra": "groups_per_step = 2\n[learner]\nsamples_per_step = 4\npublish_every = 2\n",
-                "where": "rollout",
+                "run": {"mode": "sync"},
+                "rollout": {"groups_per_step": 2},
+                "learner": {"samples_per_step": 4, "publish_every": 2},
             },
             "learner.publish_every = 2: run.mode = 'sync'",
         ),
@@ -110,19 +104,17 @@ def test_bad_rollout_input_is_refused_before_submission(
 ) -> None:
     if change.get("bad_tasks"):
         tasks_file.write_text('{"task_id": "t", "prompt": "x"}\n')
-    extra = change.get("extra", "")
-    body = _config(tasks_file, generator=change.get("generator", True))
-    if change.get("mode"):
-        body = body.replace('name = "r"\n', f'name = "r"\nmode = "{change["mode"]}"\n')
+    files: Path | list[Any] = tasks_file
     if change.get("second_file"):  # the same tasks again: their ids collide
         (workdir / "more.jsonl").write_text(tasks_file.read_text())
-        body = body.replace(f'tasks_file = "{tasks_file}"', f'tasks_file = ["{tasks_file}", "more.jsonl"]')
-    if change.get("where") == "rollout":
-        body = body.replace("concurrency = 4\n", "concurrency = 4\n" + extra)
-    elif change.get("where") == "run":
-        body = body.replace('name = "r"\n', 'name = "r"\n' + extra)
-    else:
-        body += extra
+        files = [tasks_file, "more.jsonl"]
+    body = _config(
+        files,
+        generator=change.get("generator", True),
+        run=change.get("run"),
+        rollout=change.get("rollout"),
+        learner=change.get("learner"),
+    )
     out = sarl("submit", str(write_config(workdir, body)), cwd=workdir, check=False)
     assert out.returncode == 2 and words in out.stderr, out.stderr
     assert not (workdir / "runs" / "r").exists()
@@ -185,8 +177,9 @@ def test_usr2_commits_the_complete_groups_then_requeues(workdir: Path, tasks_fil
     (SIGSTOP), so that no group completes and none is committed until the
     USR2 flushes the complete ones; then the generator goes on, and the
     requeued worker plays the rest."""
-    body = _config(tasks_file, groups=30, model=tiny_model)
-    cfg = write_config(workdir, body.replace("concurrency = 4\n", "concurrency = 2\nbatch_groups = 100\n"))
+    cfg = write_config(
+        workdir, _config(tasks_file, groups=30, model=tiny_model, rollout={"concurrency": 2, "batch_groups": 100})
+    )
     sarl("submit", str(cfg), cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
@@ -221,7 +214,7 @@ def test_usr2_while_no_generator_is_left_requeues_at_once(workdir: Path, tasks_f
     waits: the worker checkpoints and requeues within seconds, not after the
     30 s it gives its loop (a preempted job that holds on delays every job
     waiting for the node)."""
-    body = _config(tasks_file, groups=30, model=tiny_model).replace("concurrency = 4\n", "concurrency = 2\n")
+    body = _config(tasks_file, groups=30, model=tiny_model, rollout={"concurrency": 2})
     sarl("submit", str(write_config(workdir, body)), cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
@@ -247,7 +240,7 @@ def test_usr2_while_no_generator_is_left_requeues_at_once(workdir: Path, tasks_f
 def test_a_generator_killed_mid_run_costs_retries_not_rewards(
     workdir: Path, tasks_file: Path, tiny_model: Path
 ) -> None:
-    body = _config(tasks_file, groups=6, model=tiny_model).replace("[generator]\n", "[generator]\ntasks = 2\n")
+    body = _config(tasks_file, groups=6, model=tiny_model, generator={"workers": 2})
     sarl("submit", str(write_config(workdir, body)), cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
@@ -274,8 +267,7 @@ def test_every_episode_is_committed_once_through_sigkills_and_scancels(
     workdir: Path, tasks_file: Path, slurm: None, tiny_model: Path
 ) -> None:
     groups, workers = 20, 2
-    body = _config(tasks_file, groups=groups, model=tiny_model).replace("concurrency = 4\n", "concurrency = 2\n")
-    body = body.replace("[rollout]\n", f"[rollout]\ntasks = {workers}\n")
+    body = _config(tasks_file, groups=groups, model=tiny_model, rollout={"concurrency": 2, "workers": workers})
     sarl("submit", str(write_config(workdir, body)), "--cluster", "slurm", cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
@@ -353,8 +345,7 @@ def test_sync_mode_generates_round_n_with_version_n_alone(workdir: Path, tasks_f
     """The test publishes version 1 itself, as the learner would after round 0."""
     from safetensors.torch import load_file
 
-    body = _config(tasks_file, groups=4, model=tiny_model).replace('name = "r"\n', 'name = "r"\nmode = "sync"\n')
-    body = body.replace("concurrency = 4\n", "concurrency = 4\ngroups_per_step = 2\n")
+    body = _config(tasks_file, groups=4, model=tiny_model, run={"mode": "sync"}, rollout={"groups_per_step": 2})
     sarl("submit", str(write_config(workdir, body)), cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")
@@ -565,11 +556,9 @@ def test_a_given_up_workers_share_is_played_by_another_worker_exactly_once(
     groups no batch holds, with the tasks worker 1 planned, and marks worker
     1's task done; worker 1 never starts again. Every episode is committed once."""
     groups, workers = 12, 2
-    body = _config(tasks_file, groups=groups, model=tiny_model).replace("concurrency = 4\n", "concurrency = 2\n")
-    body = body.replace("[rollout]\n", f"[rollout]\ntasks = {workers}\n")
-    body = re.sub(
-        r"enabled = false.*\n", "enabled = true\ncheck_s = 1\nbeat_s = 0.5\nhung_s = 120\nmax_restarts = 0\n", body
-    )
+    recovery = {"enabled": True, "check_s": 1, "beat_s": 0.5, "hung_s": 120, "max_restarts": 0}
+    rollout = {"concurrency": 2, "workers": workers}
+    body = _config(tasks_file, groups=groups, model=tiny_model, rollout=rollout, recovery=recovery)
     sarl("submit", str(write_config(workdir, body)), "--cluster", "local", cwd=workdir)
     run = workdir / "runs" / "r"
     store = Store(run / "store.zarr")

@@ -8,49 +8,36 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import sarl, task_state, wait_for, write_config
+from conftest import run_config, sarl, task_state, wait_for, write_config
 
 from rl.store import Store
 from rl.tasks.format import write_tasks
 from rl.tasks.synthesis import synthesize
 
 
-def _config(tiny_model: Path, tasks_file: Path, mode: str) -> str:
-    stale = "max_staleness = 1\n" if mode == "async" else ""
-    return f"""
-[run]
-name = "w"
-root = "runs"
-mode = "{mode}"
-{stale}[model]
-path = "{tiny_model}"
-dtype = "float32"
-[generator]
-poll_s = 0.2
-[generator.engine]
-type = "hf"
-max_model_len = 1024
-threads = 1
-[rollout]
-tasks_file = "{tasks_file}"
-groups = 8
-group_size = 2
-groups_per_step = 2
-concurrency = 2
-batch_groups = 1
-[rollout.agent]
-max_turns = 1
-max_tokens = 8
-[learner]
-steps = 4
-samples_per_step = 4
-poll_s = 0.2
-threads = 1
-[learner.job]
-mem_gb = 4
-"""
+def _config(tiny_model: Path, tasks_file: Path, mode: str, executor: str | None = None, **rollout: Any) -> str:
+    """The three roles on the tiny model; `rollout`: keys over the rollout section's."""
+    return run_config(
+        "w",
+        run={"mode": mode, "max_staleness": 1 if mode == "async" else None},
+        executor={"type": executor} if executor else None,
+        model={"path": tiny_model, "dtype": "float32"},
+        generator={"poll_s": 0.2, "engine": {"type": "hf", "max_model_len": 1024, "threads": 1}},
+        rollout={
+            "tasks_file": tasks_file,
+            "groups": 8,
+            "group_size": 2,
+            "groups_per_step": 2,
+            "concurrency": 2,
+            "batch_groups": 1,
+            "agent": {"max_turns": 1, "max_tokens": 8},
+            **rollout,
+        },
+        learner={"steps": 4, "samples_per_step": 4, "poll_s": 0.2, "threads": 1, "job": {"mem_gb": 4}},
+    )
 
 
 def _run_and_check(workdir: Path, tiny_model: Path, mode: str) -> None:
@@ -126,8 +113,7 @@ def test_a_learner_with_fewer_rollouts_than_its_steps_need_trains_what_came_and_
     folder = workdir / "short"
     folder.mkdir()
     write_tasks(folder / "tasks.jsonl", synthesize("arithmetic", 6, seed=2))
-    body = _config(tiny_model, folder / "tasks.jsonl", "async").replace("groups = 8", "groups = 3")
-    cfg = write_config(folder, body + '[executor]\ntype = "local"\n')
+    cfg = write_config(folder, _config(tiny_model, folder / "tasks.jsonl", "async", executor="local", groups=3))
     sarl("submit", str(cfg), cwd=folder)
     run = folder / "runs" / "w"
 
@@ -159,10 +145,8 @@ def _dropping_run(workdir: Path, tiny_model: Path, mode: str) -> tuple[Path, Pat
     folder = workdir / f"dropping-{mode}"
     folder.mkdir()
     write_tasks(folder / "tasks.jsonl", synthesize("arithmetic", 6, seed=2))
-    body = _config(tiny_model, folder / "tasks.jsonl", mode).replace(
-        "batch_groups = 1\n", "batch_groups = 1\ndynamic_sampling = true\n"
-    )
-    sarl("submit", str(write_config(folder, body + '[executor]\ntype = "local"\n')), cwd=folder)
+    body = _config(tiny_model, folder / "tasks.jsonl", mode, executor="local", dynamic_sampling=True)
+    sarl("submit", str(write_config(folder, body)), cwd=folder)
     return folder, folder / "runs" / "w"
 
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import sarl
+from conftest import run_config, sarl
 
 from sandboxes import open_sandbox, run_once
 from sandboxes.base import SandboxDied
@@ -543,12 +543,12 @@ def test_bench_sandbox_reports_each_figure_beside_its_baseline(tmp_path: Path) -
 
 def test_run_config_carries_a_typed_sandbox_section(tmp_path: Path) -> None:
     cfg = tmp_path / "run.toml"
-    cfg.write_text('[run]\nname = "x"\n[smoke]\n[sandbox]\nruntime = "venv"\n[sandbox.limits]\nmemory_mb = 8\n')
+    cfg.write_text(run_config("x", smoke={}, sandbox={"runtime": "venv", "limits": {"memory_mb": 8}}))
     out = sarl("config", "show", str(cfg), "--cluster", "local", cwd=tmp_path, check=False)
     assert (
         out.returncode == 2 and "sandbox.limits.memory_mb" in out.stderr and "greater than or equal to 16" in out.stderr
     )
-    cfg.write_text('[run]\nname = "x"\n[smoke]\n[sandbox]\nruntime = "venv"\nbackend = {type = "apptainer"}\n')
+    cfg.write_text(run_config("x", smoke={}, sandbox={"runtime": "venv", "backend": {"type": "apptainer"}}))
     out = sarl("config", "show", str(cfg), "--cluster", "local", cwd=tmp_path)
     assert 'runtime = "venv"' in out.stdout and 'type = "apptainer"' in out.stdout
 

@@ -10,7 +10,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import sarl, task_state, wait_for, write_config
+from conftest import run_config, sarl, task_state, wait_for, write_config
 
 from rl.store import Store
 from rl.tasks.format import write_tasks
@@ -18,31 +18,20 @@ from rl.tasks.synthesis import synthesize
 
 
 def _config(tiny_model: Path, tasks_file: Path, groups: int) -> str:
-    return f"""
-[run]
-name = "s"
-root = "runs"
-[executor]
-type = "local"
-[model]
-path = "{tiny_model}"
-dtype = "float32"
-[generator]
-poll_s = 0.5
-[generator.engine]
-type = "hf"
-max_model_len = 1024
-threads = 1
-[rollout]
-tasks_file = "{tasks_file}"
-groups = {groups}
-group_size = 2
-concurrency = 2
-batch_groups = 1
-[rollout.agent]
-max_turns = 1
-max_tokens = 8
-"""
+    return run_config(
+        "s",
+        executor={"type": "local"},
+        model={"path": tiny_model, "dtype": "float32"},
+        generator={"poll_s": 0.5, "engine": {"type": "hf", "max_model_len": 1024, "threads": 1}},
+        rollout={
+            "tasks_file": tasks_file,
+            "groups": groups,
+            "group_size": 2,
+            "concurrency": 2,
+            "batch_groups": 1,
+            "agent": {"max_turns": 1, "max_tokens": 8},
+        },
+    )
 
 
 @pytest.mark.slow
@@ -64,7 +53,7 @@ def test_scaling_rollout_workers_mid_run_loses_and_doubles_no_episode(workdir: P
         finally:
             os.kill(generator, signal.SIGCONT)
         assert before < groups, "the first worker finished before the scale"
-        assert "scaled rollout from 1 to 3 tasks" in out.stderr and "Submitted rollout job" in out.stdout
+        assert "scaled rollout from 1 to 3 workers" in out.stderr and "Submitted rollout job" in out.stdout
         wait_for(lambda: all(task_state(run, t, "rollout").get("done") for t in range(3)), 600, "3 workers")
         reader = store.reader()
         ids = Counter(e for k in reader.committed() for e in reader.info(k).episode_ids)
@@ -76,7 +65,7 @@ def test_scaling_rollout_workers_mid_run_loses_and_doubles_no_episode(workdir: P
         assert len(writers) >= 2  # the new workers committed groups too
         history = [json.loads(x) for x in (run / "config-history.jsonl").read_text().splitlines()]
         assert history[-1]["scale"] == {"role": "rollout", "from": 1, "to": 3}
-        assert "tasks = 3" in (run / "run.toml").read_text().split("[rollout]")[1].split("[")[0]
+        assert "workers = 3" in (run / "run.toml").read_text().split("[rollout]")[1].split("[")[0]
         bad = sarl("scale", str(run), "learner=2", cwd=workdir, check=False)
         assert bad.returncode == 2 and "no [learner] section" in bad.stderr
         bad = sarl("scale", str(run), "generator=lots", cwd=workdir, check=False)

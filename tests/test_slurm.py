@@ -40,7 +40,7 @@ def _squeue_ids() -> set[str]:
 def test_array_of_8_completes_and_status_tells_the_truth(workdir: Path, slurm: None) -> None:
     # 8 s a task: the first 4 must all be running, with heartbeats, while the other 4 still wait
     # (on a loaded machine the first tasks' starts are seconds apart)
-    body = smoke_config(tasks=8, steps=16, step_s=0.5, extra="[smoke.job]\narray_parallelism = 4\n")
+    body = smoke_config(workers=8, steps=16, step_s=0.5, smoke={"job": {"array_parallelism": 4}})
     run, job = _submit(workdir, body)
 
     # while it runs: at most 4 running (the %4 limit), the rest pending with Slurm's reason
@@ -72,7 +72,7 @@ def test_array_of_8_completes_and_status_tells_the_truth(workdir: Path, slurm: N
 
 def test_preempted_role_checkpoints_requeues_and_resumes(workdir: Path, slurm: None) -> None:
     # two array tasks of 4 CPUs fill the node: the urgent job can only run by preempting them
-    body = smoke_config(tasks=2, steps=40, step_s=0.5, extra="[smoke.job]\ncpus_per_task = 4\ntime_min = 30\n")
+    body = smoke_config(workers=2, steps=40, step_s=0.5, smoke={"job": {"cpus_per_task": 4, "time_min": 30}})
     run, job = _submit(workdir, body)
     wait_for(
         lambda: all(
@@ -115,7 +115,7 @@ def test_preempted_role_checkpoints_requeues_and_resumes(workdir: Path, slurm: N
 
 
 def test_scancelled_role_is_reported_failed_and_resume_continues(workdir: Path, slurm: None) -> None:
-    run, job = _submit(workdir, smoke_config(tasks=2, steps=30, step_s=0.5))
+    run, job = _submit(workdir, smoke_config(workers=2, steps=30, step_s=0.5))
     wait_for(
         lambda: all(
             (run / f"checkpoints/smoke/task-00000{t}.json").exists() and task_state(run, t)["step"] >= 3
@@ -149,7 +149,7 @@ def test_scancelled_role_is_reported_failed_and_resume_continues(workdir: Path, 
 
 
 def test_sarl_cancel_cancels_every_live_job(workdir: Path, slurm: None) -> None:
-    run, job = _submit(workdir, smoke_config(tasks=3, steps=100, step_s=0.5))
+    run, job = _submit(workdir, smoke_config(workers=3, steps=100, step_s=0.5))
     wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["running"] == 3, 60, "3 running")
     out = sarl("cancel", str(run), cwd=workdir)
     assert out.stdout.strip() == f"cancelled smoke: {job}"
@@ -159,7 +159,7 @@ def test_sarl_cancel_cancels_every_live_job(workdir: Path, slurm: None) -> None:
 
 
 def test_failed_task_reports_its_exception(workdir: Path, slurm: None) -> None:
-    run, job = _submit(workdir, smoke_config(tasks=2, steps=4, step_s=0.2, extra="fail_tasks = [0]"))
+    run, job = _submit(workdir, smoke_config(workers=2, steps=4, step_s=0.2, smoke={"fail_tasks": [0]}))
     st = wait_for(
         lambda: (s := status(run)["roles"]["smoke"])["counts"]["failed"] == 1 and s["counts"]["done"] == 1 and s,
         90,
@@ -172,7 +172,7 @@ def test_failed_task_reports_its_exception(workdir: Path, slurm: None) -> None:
 
 def test_bad_config_submits_nothing_to_slurm(workdir: Path, slurm: None) -> None:
     before = _squeue_ids()
-    cfg = write_config(workdir, smoke_config(extra="[smoke.job]\ngpus = 1\n"))
+    cfg = write_config(workdir, smoke_config(smoke={"job": {"gpus": 1}}))
     out = sarl("submit", str(cfg), "--cluster", "slurm", cwd=workdir, check=False)
     assert out.returncode == 2 and "smoke.job.gpus: unknown key" in out.stderr
     assert _squeue_ids() - before == set()
@@ -180,7 +180,7 @@ def test_bad_config_submits_nothing_to_slurm(workdir: Path, slurm: None) -> None
 
 
 def test_scheduler_refusal_leaves_no_run_directory(workdir: Path, slurm: None) -> None:
-    cfg = write_config(workdir, smoke_config(extra="[executor]\ntype = 'slurm'\npartition = 'nosuch'\n"))
+    cfg = write_config(workdir, smoke_config(executor={"type": "slurm", "partition": "nosuch"}))
     out = sarl("submit", str(cfg), cwd=workdir, check=False)
     assert out.returncode == 1
     assert "submission failed" in out.stderr and "invalid partition" in out.stderr.lower()
@@ -188,7 +188,7 @@ def test_scheduler_refusal_leaves_no_run_directory(workdir: Path, slurm: None) -
 
 
 def test_gpu_partition_gets_a_gpu(workdir: Path, slurm: None) -> None:
-    body = smoke_config(tasks=1, steps=1, step_s=0, extra="[smoke.job]\npartition = 'gpu'\ngpus_per_task = 1\n")
+    body = smoke_config(workers=1, steps=1, step_s=0, smoke={"job": {"partition": "gpu", "gpus_per_task": 1}})
     run, job = _submit(workdir, body)
     wait_for(lambda: status(run)["roles"]["smoke"]["counts"]["done"] == 1, 60, "gpu task done")
 
@@ -218,7 +218,7 @@ def test_bench_submit_reports_each_figure_beside_its_baseline(workdir: Path, slu
 def test_status_tells_what_it_knows_when_slurm_does_not_answer(workdir: Path, slurm: None) -> None:
     import os
 
-    run, job = _submit(workdir, smoke_config(tasks=2, steps=100, step_s=0.5))
+    run, job = _submit(workdir, smoke_config(workers=2, steps=100, step_s=0.5))
     wait_for(
         lambda: all(
             (run / f"checkpoints/smoke/task-00000{t}.json").exists() and task_state(run, t)["step"] >= 1

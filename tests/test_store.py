@@ -506,7 +506,9 @@ def test_inspect_and_status_report_damage_and_inspect_exits_non_zero(tmp_path: P
     assert info["rollouts"]["batches"] == 2 and info["rollouts"]["checkpoint"] is None
     reasons = {Path(d["path"]).name: d["reason"] for d in info["damaged"]}
     assert "0000000001" in reasons and "step-0000000005" in reasons and "empty" in reasons["0000000001"]
-    (run / "run.toml").write_text('[run]\nname = "r"\nroot = ".."\n[executor]\ntype = "local"\n[smoke]\n')
+    from conftest import run_config
+
+    (run / "run.toml").write_text(run_config("r", run={"root": ".."}, executor={"type": "local"}, smoke={}))
     status = subprocess.run(
         [sys.executable, "-m", "jobs.cli", "status", str(run)], capture_output=True, text=True, env=ENV, timeout=120
     )

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import sarl
+from conftest import run_config, sarl
 
 from rl.tasks.dedup import duplicates
 from rl.tasks.format import Task, TaskError, read_tasks, write_tasks
@@ -369,9 +369,7 @@ def _validation_run(tmp_path: Path, cluster: str, shards: int) -> dict:
 
     tasks = HUMANEVAL[:5] + [HUMANEVAL[0].model_copy(update={"task_id": "copy-of-0"})]  # lands in another shard
     write_tasks(tmp_path / "tasks.jsonl", tasks)
-    (tmp_path / "v.toml").write_text(
-        f'[run]\nname = "v"\nroot = "runs"\n[validation]\ntasks = {shards}\ntasks_file = "tasks.jsonl"\n'
-    )
+    (tmp_path / "v.toml").write_text(run_config("v", validation={"workers": shards, "tasks_file": "tasks.jsonl"}))
     out = sarl("submit", "v.toml", "--cluster", cluster, cwd=tmp_path)
     assert out.stdout.startswith("Submitted validation job") and f"({shards} tasks)" in out.stdout
     run = tmp_path / "runs" / "v"
@@ -404,10 +402,10 @@ def test_sarl_verify_takes_weights_from_a_run_config(tmp_path: Path) -> None:
     samples = tmp_path / "s.jsonl"
     samples.write_text(json.dumps({"task_id": "HumanEval/0", "completion": "    return undefined_name\n"}) + "\n")
     run = tmp_path / "run.toml"
-    run.write_text('[run]\nname = "x"\n[verify]\nweights = {tests = 1.0, static = 1.0}\n')  # no role: none needed
+    run.write_text(run_config("x", verify={"weights": {"tests": 1.0, "static": 1.0}}))  # no role: none needed
     out = sarl("verify", str(tasks), str(samples), "--config", str(run), cwd=tmp_path)
     assert json.loads(out.stdout)["mean_reward"] == 0.375  # tests 0, static 0.75: (0 + 0.75) / 2
-    run.write_text('[run]\nname = "x"\n[verify]\nweights = {speed = 1.0}\n')
+    run.write_text(run_config("x", verify={"weights": {"speed": 1.0}}))
     out = sarl("verify", str(tasks), str(samples), "--config", str(run), cwd=tmp_path, check=False)
     assert out.returncode == 2 and "verify.weights" in out.stderr and "unknown check(s) ['speed']" in out.stderr
 

@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -40,14 +41,48 @@ def _run(one: Any, concurrency: int, requests: int) -> tuple[float, float]:
     return requests / dt, tokens / dt
 
 
-def bench_endpoint(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
+def _native(client: Any, tok: Any, max_tokens: int) -> Callable[[int], int]:
+    """One request on the generators' own token protocol: its reply's tokens."""
+    from rl.engine.config import SamplingParams
+    from rl.model import chat_ids
+
+    params = SamplingParams(temperature=0, max_tokens=max_tokens)
+    lock = threading.Lock()
+
+    def one(i: int) -> int:
+        with lock:  # the tokenizer is not safe across threads
+            ids = chat_ids(tok, [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}])
+        return len(client.generate([ids], params).outputs[0][0].token_ids)
+
+    return one
+
+
+def _openai(url: str, max_tokens: int) -> Callable[[int], int]:
+    """One chat completion through an OpenAI client: its reply's tokens."""
     import openai
 
+    client = openai.OpenAI(base_url=url, api_key="k", max_retries=0, timeout=600)
+
+    def one(i: int) -> int:
+        r = client.chat.completions.create(
+            model="m",
+            messages=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
+            max_tokens=max_tokens,
+            temperature=0,
+        )
+        if r.usage is None:
+            raise RuntimeError("the endpoint's reply has no usage")
+        return int(r.usage.completion_tokens)
+
+    return one
+
+
+def bench_endpoint(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     from rl.engine import make_engine
-    from rl.engine.config import HFEngineConfig, SamplingParams, VLLMEngineConfig
+    from rl.engine.config import HFEngineConfig, VLLMEngineConfig
     from rl.gateway.backends import ClientBackend, ServiceBackend
     from rl.gateway.server import Gateway
-    from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
+    from rl.model import ModelConfig, checkpoint, load_tokenizer
     from rl.serving.client import GeneratorClient
     from rl.serving.inprocess import serving
 
@@ -61,36 +96,16 @@ def bench_endpoint(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     engine = make_engine(engine_cfg, model)
     folder = Path(tempfile.mkdtemp(prefix="sarl-bench-endpoint-"))
     out: dict[str, Any] = {"engine": engine.backend, "max_tokens": max_tokens, "reps": reps, "requests": per}
-    lock = threading.Lock()
     try:
         with serving(engine, folder) as server:
             native = GeneratorClient(folder, timeout_s=600)
             served = Gateway(ServiceBackend(server), tok, model="m", token="k", max_n=64).start()
             run_gw = Gateway(ClientBackend(GeneratorClient(folder, timeout_s=600), 1024, engine.vocab_size), tok,
                              model="m", token="k", max_n=64).start()  # fmt: skip
-            params = SamplingParams(temperature=0, max_tokens=max_tokens)
-
-            def native_one(i: int) -> int:
-                with lock:  # the tokenizer is not safe across threads
-                    ids = chat_ids(tok, [{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}])
-                return len(native.generate([ids], params).outputs[0][0].token_ids)
-
-            def openai_one(client: Any) -> Any:
-                def one(i: int) -> int:
-                    r = client.chat.completions.create(
-                        model="m",
-                        messages=[{"role": "user", "content": QUESTIONS[i % len(QUESTIONS)]}],
-                        max_tokens=max_tokens,
-                        temperature=0,
-                    )
-                    return int(r.usage.completion_tokens)
-
-                return one
-
             ways = {
-                "native": native_one,
-                "openai_serve": openai_one(openai.OpenAI(base_url=served.url, api_key="k", max_retries=0, timeout=600)),
-                "openai_run": openai_one(openai.OpenAI(base_url=run_gw.url, api_key="k", max_retries=0, timeout=600)),
+                "native": _native(native, tok, max_tokens),
+                "openai_serve": _openai(served.url, max_tokens),
+                "openai_run": _openai(run_gw.url, max_tokens),
             }
             for way in ways.values():  # warm-up: every path once
                 way(0)
@@ -110,9 +125,17 @@ def bench_endpoint(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
             run_gw.stop()
     finally:
         engine.close()
+    ratio = out["c16"]["openai_serve"]["tokens_per_s"] / out["c16"]["native"]["tokens_per_s"]
+    ratio_run = out["c16"]["openai_run"]["tokens_per_s"] / out["c16"]["native"]["tokens_per_s"]
+    out["ratio_c16"] = {"serve": round(ratio, 3), "run": round(ratio_run, 3)}
+    return out, _endpoint_lines(out, Path(checkpoint(model)).name, met=min(ratio, ratio_run) >= 0.9)
+
+
+def _endpoint_lines(out: dict[str, Any], model: str, met: bool) -> list[str]:
+    per = out["requests"]
     lines = [
-        f"endpoint: {Path(checkpoint(model)).name} on {engine.backend} (float32), greedy replies of up to {max_tokens} "
-        f"tokens; median of {reps}"
+        f"endpoint: {model} on {out['engine']} (float32), greedy replies of up to {out['max_tokens']} "
+        f"tokens; median of {out['reps']}"
     ]
     for c in (1, 16):
         row = out[f"c{c}"]
@@ -122,9 +145,8 @@ def bench_endpoint(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
             r = row[w]
             cells.append(f"{label} {r['tokens_per_s']:.1f} tok/s ({r['tokens_per_s'] / base:.2f}x)")
         lines.append(f"concurrency {c:>2} ({per[c]} requests): " + " | ".join(cells))
-    ratio = out["c16"]["openai_serve"]["tokens_per_s"] / out["c16"]["native"]["tokens_per_s"]
-    ratio_run = out["c16"]["openai_run"]["tokens_per_s"] / out["c16"]["native"]["tokens_per_s"]
-    out["ratio_c16"] = {"serve": round(ratio, 3), "run": round(ratio_run, 3)}
-    met = "met" if min(ratio, ratio_run) >= 0.9 else "NOT met"
-    lines.append(f"target: the endpoint >= 0.9x the native protocol's tokens/s at concurrency 16: {met}")
-    return out, lines
+    lines.append(
+        "target: the endpoint >= 0.9x the native protocol's tokens/s at concurrency 16: "
+        + ("met" if met else "NOT met")
+    )
+    return lines

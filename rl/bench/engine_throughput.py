@@ -70,15 +70,12 @@ def _agreement(hf: list[Any], vllm: list[Any]) -> tuple[int, float]:
 
 def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The figures, and the lines that show them beside their baselines."""
-    import torch
-    from safetensors.torch import load_file, save_file
     from tqdm import tqdm
 
     from rl.engine import make_engine
     from rl.engine.config import HFEngineConfig, SamplingParams, VLLMEngineConfig
     from rl.engine.vllm import VLLMEngine
     from rl.model import ModelConfig, chat_ids, checkpoint, load_tokenizer
-    from rl.store.weights import WeightStore
 
     reps = 1 if args.quick else 3
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
@@ -118,46 +115,62 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     bar.update()
 
     with tempfile.TemporaryDirectory(prefix="sarl-bench-generate-", dir=args.dir) as tmp:
-        weights = load_file(str(ckpt / "model.safetensors"))
-        store = RunLayout(tmp).store_path  # a run directory of its own
-        ws = WeightStore(store)
-        ws.publish(weights, version=1, dtype=args.dtype)
-        ws.publish({k: v * 1.01 for k, v in weights.items()}, version=2, dtype=args.dtype)
-        ref = Path(tmp) / "safetensors"
-        ref.mkdir()
-        save_file(
-            {k: v.to(getattr(torch, args.dtype)).contiguous() for k, v in weights.items()},
-            str(ref / "model.safetensors"),
-        )
-        reload, st, st_torch = [], [], []
-        for k in range(reps + 1):  # the first round warms the page cache and the code paths
-            t0 = time.perf_counter()
-            vllm.load_version(store, 1 + k % 2)
-            t1 = time.perf_counter()
-            vllm.load_checkpoint(ref)
-            t2 = time.perf_counter()
-            copied = {k: v.clone() for k, v in load_file(str(ref / "model.safetensors")).items()}
-            t3 = time.perf_counter()
-            if k:
-                reload.append(t1 - t0)
-                st.append(t2 - t1)
-                st_torch.append(t3 - t2)
-            del copied
-        r["weights_mb"] = round((ref / "model.safetensors").stat().st_size / 1e6, 1)
+        r.update(_reload_times(vllm, ckpt, args.dtype, reps, Path(tmp)))
     vllm.close()
     bar.update()
     bar.close()
-    r["reload_s"] = statistics.median(reload)
-    r["safetensors_load_s"] = statistics.median(st)
-    r["safetensors_to_torch_s"] = statistics.median(st_torch)
     r["speedup_b1"] = r["vllm_tok_s_b1"] / r["hf_tok_s_b1"]
     r["speedup_b8"] = r["vllm_tok_s_b8"] / r["hf_tok_s_b8"]
     r["reload_ratio"] = r["reload_s"] / r["safetensors_load_s"]
     r = {k: round(v, 3) if isinstance(v, float) and "logprob" not in k else v for k, v in r.items()}
+    return r, _generate_lines(r, args.quick)
+
+
+def _reload_times(vllm: Any, ckpt: Path, dtype: str, reps: int, tmp: Path) -> dict[str, float]:
+    """Loading a published version into the live engine, beside loading the
+    same weights from a safetensors file (into the engine, and into plain
+    torch tensors); medians in seconds. Versions 1 and 2 alternate, so that
+    every load changes the weights."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from rl.store.weights import WeightStore
+
+    weights = load_file(str(ckpt / "model.safetensors"))
+    store = RunLayout(tmp).store_path  # a run directory of its own
+    ws = WeightStore(store)
+    ws.publish(weights, version=1, dtype=dtype)
+    ws.publish({k: v * 1.01 for k, v in weights.items()}, version=2, dtype=dtype)
+    ref = tmp / "safetensors"
+    ref.mkdir()
+    save_file({k: v.to(getattr(torch, dtype)).contiguous() for k, v in weights.items()}, str(ref / "model.safetensors"))
+    reload, st, st_torch = [], [], []
+    for k in range(reps + 1):  # the first round warms the page cache and the code paths
+        t0 = time.perf_counter()
+        vllm.load_version(store, 1 + k % 2)
+        t1 = time.perf_counter()
+        vllm.load_checkpoint(ref)
+        t2 = time.perf_counter()
+        copied = {k: v.clone() for k, v in load_file(str(ref / "model.safetensors")).items()}
+        t3 = time.perf_counter()
+        if k:
+            reload.append(t1 - t0)
+            st.append(t2 - t1)
+            st_torch.append(t3 - t2)
+        del copied
+    return {
+        "weights_mb": round((ref / "model.safetensors").stat().st_size / 1e6, 1),
+        "reload_s": statistics.median(reload),
+        "safetensors_load_s": statistics.median(st),
+        "safetensors_to_torch_s": statistics.median(st_torch),
+    }
+
+
+def _generate_lines(r: dict[str, Any], quick: bool) -> list[str]:
     lines: list[str] = []
     lines.append(
-        f"generate: SmolLM2-135M-Instruct, {args.dtype}, {params.max_tokens} tokens per row, median of {reps}"
-        + (", no warm-up [--quick: not a measurement]" if args.quick else "")
+        f"generate: SmolLM2-135M-Instruct, {r['dtype']}, {r['max_tokens']} tokens per row, median of {r['repetitions']}"
+        + (", no warm-up [--quick: not a measurement]" if quick else "")
     )
     lines.append(
         f"  batch 1   vllm {r['vllm_tok_s_b1']:8.1f} tok/s   hf {r['hf_tok_s_b1']:8.1f} tok/s   {r['speedup_b1']}x"
@@ -172,9 +185,9 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     )
     lines.append(f"  (safetensors file copied into torch tensors, no engine: {r['safetensors_to_torch_s']:.3f} s)")
     lines.append(
-        f"  greedy agreement (up to {greedy_tokens} tokens): {r['greedy_same_rows']} of {r['greedy_rows']} rows "
-        "the same tokens, "
+        f"  greedy agreement (up to {r['greedy_max_tokens']} tokens): {r['greedy_same_rows']} of "
+        f"{r['greedy_rows']} rows the same tokens, "
         f"largest log-prob difference {r['greedy_max_logprob_diff']:.2e}"
     )
     lines.append(f"  engine start: vllm {r['vllm_start_s']:.1f} s, hf {r['hf_start_s']:.1f} s")
-    return r, lines
+    return lines

@@ -295,6 +295,15 @@ def bench_learner(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         got[name] = _run_side({**base, **spec, "name": name}, env)
         bar.update()
     bar.close()
+    _figures(r, got)
+    model = "SmolLM2-135M-Instruct" if args.model is None else args.model
+    return r, _learner_lines(
+        r, f"learner: {model}, {n} samples of up to {max_len} tokens per step, {steps} timed steps"
+    )
+
+
+def _figures(r: dict[str, Any], got: dict[str, dict[str, Any]]) -> None:
+    """Each side's figures into `r`, and each beside its baseline."""
     for name, g in got.items():
         if "tok_s" in g:
             r[f"{name}_tok_s"] = round(g["tok_s"], 1)
@@ -320,9 +329,17 @@ def bench_learner(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     r["lora_publish_load_s"] = round(pub["lora_publish_s"] + pub["lora_load_s"], 3)
     r["full_publish_load_s"] = round(pub["full_publish_s"] + pub["full_load_s"], 3)
     r["publish_engine"] = pub["engine"]
-    model = "SmolLM2-135M-Instruct" if args.model is None else args.model
+    if "device" in got["auto"]:
+        r["device"] = got["auto"]["device"]
+        r["learner_tflops"] = round(6 * r["params"] * r["auto_tok_s"] / 1e12, 2)
+        peak = next((v for k, v in PEAK_TFLOPS.items() if k in r["device"]), None)
+        if peak is not None:
+            r["mfu"] = round(r["learner_tflops"] / peak, 4)
+
+
+def _learner_lines(r: dict[str, Any], head: str) -> list[str]:
     lines = [
-        f"learner: {model}, {n} samples of up to {max_len} tokens per step, {steps} timed steps; {r['machine']}",
+        f"{head}; {r['machine']}",
         f"  float32             {r['fp32_tok_s']:8.1f} tokens/s   peak {r['fp32_peak_gb']:.2f} GB",
         f"  bf16 weights        {r['bf16_tok_s']:8.1f} tokens/s   peak {r['bf16_peak_gb']:.2f} GB"
         f"   bf16 / fp32 {r['bf16_over_fp32']} (target >= 1.7 where the CPU has bf16)",
@@ -330,7 +347,7 @@ def bench_learner(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         f"   autocast / fp32 {r['autocast_over_fp32']}",
         f"  auto ({r['auto_precision']})  {r['auto_tok_s']:8.1f} tokens/s   auto / fp32 {r['auto_over_fp32']}",
     ]
-    if "auto_no_bf16" in got:
+    if "auto_no_bf16_tok_s" in r:
         lines.append(
             f"  auto, bf16 flags hidden ({r['auto_no_bf16_precision']})  {r['auto_no_bf16_tok_s']:.1f} tokens/s"
             f"   / fp32 {r['auto_no_bf16_over_fp32']} (target: not slower)"
@@ -346,14 +363,11 @@ def bench_learner(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         f"      against full weights {r['full_publish_load_s']:.2f} s ({r['full_publish_s']:.2f} + "
         f"{r['full_load_s']:.2f}; {r['full_bytes'] / 1e6:.1f} MB)   (target: LoRA <= 1 s)",
     ]
-    if "device" in got["auto"]:
-        r["device"] = got["auto"]["device"]
-        r["learner_tflops"] = round(6 * r["params"] * r["auto_tok_s"] / 1e12, 2)
-        peak = next((v for k, v in PEAK_TFLOPS.items() if k in r["device"]), None)
-        if peak is not None:
-            r["mfu"] = round(r["learner_tflops"] / peak, 4)
-        lines.append(f"  {r['device']}: {r['learner_tflops']} TFLOP/s" + (f", MFU {r['mfu']:.1%}" if peak else ""))
-    return r, lines
+    if "device" in r:
+        lines.append(
+            f"  {r['device']}: {r['learner_tflops']} TFLOP/s" + (f", MFU {r['mfu']:.1%}" if "mfu" in r else "")
+        )
+    return lines
 
 
 if __name__ == "__main__":

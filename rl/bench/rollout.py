@@ -172,9 +172,14 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     bar.close()
     r["speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_c1"], 2)
     r["group_request_speedup"] = round(r["episodes_per_s"] / r["episodes_per_s_alone"], 2)
+    return r, _rollout_lines(r)
+
+
+def _rollout_lines(r: dict[str, Any]) -> list[str]:
+    env, turns, max_tokens = r["env"], r["max_turns"], r["max_tokens"]
     lines = [
         f"rollout: {'workspace tasks with tools' if env == 'workspace' else 'HumanEval'}, SmolLM2-135M-Instruct on "
-        f"vLLM (CPU, {args.dtype}), group size 4, up to {turns} turns of {max_tokens} tokens",
+        f"vLLM (CPU, {r['dtype']}), group size 4, up to {turns} turns of {max_tokens} tokens",
         f"  concurrency 8   {r['episodes_per_s']:.3f} episodes/s  ({r['episodes']} in {r['wall_s']} s), "
         f"generator busy {r['generator_busy']:.0%}",
         f"  concurrency 1   {r['episodes_per_s_c1']:.3f} episodes/s  ({r['episodes_c1']} in {r['wall_s_c1']} s), "
@@ -197,4 +202,4 @@ def bench_rollout(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             f"ms, shell ls {r['tool_ms_shell_ls']} ms, read_file {r['tool_ms_read_file']} ms, write_file "
             f"{r['tool_ms_write_file']} ms; a reply takes up to {1000 * per_reply:.0f} ms to generate at concurrency 1"
         )
-    return r, lines
+    return lines

@@ -63,7 +63,6 @@ def _timed_result(fn: Callable[[], Any]) -> tuple[float, Any]:
 def bench_store(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     """The figures, and the lines that show them beside their baselines."""
     import torch
-    from safetensors.torch import load_file, save_file
     from tqdm import tqdm
 
     from rl.store import Sample, Store
@@ -75,75 +74,99 @@ def bench_store(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     try:
         gen = torch.Generator().manual_seed(0)
         sd = {k: torch.randn(*s, generator=gen) for k, s in smollm2_shapes().items()}
-        nbytes = sum(t.numel() * t.element_size() for t in sd.values())
-        model = {k: t.clone() for k, t in sd.items()}  # a generator's live weights, memory touched
         ws = Store(work / "store").weights
-        t: dict[str, list[float]] = {
-            k: [] for k in ("publish", "save", "load", "load_unverified", "st_load", "full", "delta", "delta_detect")
-        }
-        version = 0
-        for r in range(reps + 1):  # round 0 warms the allocator and page cache up; it is not counted
-            st_path = work / f"model-{r}.safetensors"
-
-            def load_st(p: Path = st_path) -> None:
-                for k, x in load_file(str(p)).items():
-                    model[k].copy_(x)
-
-            steps: list[tuple[str, Callable[[], Any]]] = [
-                ("publish", partial(ws.publish, sd, version=version, dtype=None, full_every=1)),
-                ("save", partial(save_file, sd, str(st_path))),
-                ("load", partial(ws.load_into, model, version)),
-                ("load_unverified", partial(ws.load_into, model, version, verify=False)),
-                ("st_load", load_st),
-            ]
-            pairs = [steps[:2], steps[2:]]
-            for pair in pairs:
-                for name, fn in pair if r % 2 == 0 else pair[::-1]:
-                    dt = _timed(fn)
-                    if r:
-                        t[name].append(dt)
-                    bar.update()
-            version += 1
-            st_path.unlink()
-            ws.retain(keep_last=1)
-
-        # delta vs full, for the same 1% change
-        names = [k for k in sd if "layers" in k]
-        changed = names[:: max(1, len(names) // max(1, round(len(sd) * 0.01)))][: max(1, round(len(sd) * 0.01))]
-        for _ in range(reps):
-            for k in changed:
-                sd[k].add_(1.0)
-            t["full"].append(_timed(partial(ws.publish, sd, version=version, dtype=None, full_every=1)))
-            version += 1
-            bar.update()
-            for k in changed:  # the learner names what it trains
-                sd[k].add_(1.0)
-            dt, named = _timed_result(
-                partial(ws.publish, sd, version=version, dtype=None, full_every=1000, changed=changed)
-            )
-            t["delta"].append(dt)
-            version += 1
-            for k in changed:  # or the publisher finds it by checksum
-                sd[k].add_(1.0)
-            dt, found = _timed_result(partial(ws.publish, sd, version=version, dtype=None, full_every=1000))
-            t["delta_detect"].append(dt)
-            version += 1
-            for p in (named, found):
-                assert p.kind == "delta" and p.written_tensors == len(changed), p
-            bar.update(2)
-            ws.retain(keep_last=1)
-        _, check = ws.load()
-        assert all(torch.equal(check[k], sd[k]) for k in sd), "delta versions do not load to the published weights"
-
+        t = _publish_and_load(ws, sd, work, reps, bar)
+        changed = _delta_vs_full(ws, sd, reps, bar, t, version=reps + 1)
         rollout = _bench_rollouts(work, batches, Sample, Store)
         bar.update(4)
     finally:
         bar.close()
         shutil.rmtree(work, ignore_errors=True)
+    result = _figures(t, sd, reps, changed, rollout)
+    return result, _store_lines(result)
 
+
+def _publish_and_load(ws: Any, sd: dict[str, Any], work: Path, reps: int, bar: Any) -> dict[str, list[float]]:
+    """Each round publishes a version and saves the same weights with
+    safetensors, then loads each into live weights; the order of each pair
+    alternates between rounds. Returns the seconds of each, round 0 (the
+    allocator's and the page cache's warm-up) left out."""
+    from safetensors.torch import load_file, save_file
+
+    model = {k: x.clone() for k, x in sd.items()}  # a generator's live weights, memory touched
+    t: dict[str, list[float]] = {k: [] for k in ("publish", "save", "load", "load_unverified", "st_load")}
+    for r in range(reps + 1):
+        st_path = work / f"model-{r}.safetensors"
+
+        def load_st(p: Path = st_path) -> None:
+            for k, x in load_file(str(p)).items():
+                model[k].copy_(x)
+
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("publish", partial(ws.publish, sd, version=r, dtype=None, full_every=1)),
+            ("save", partial(save_file, sd, str(st_path))),
+            ("load", partial(ws.load_into, model, r)),
+            ("load_unverified", partial(ws.load_into, model, r, verify=False)),
+            ("st_load", load_st),
+        ]
+        for pair in (steps[:2], steps[2:]):
+            for name, fn in pair if r % 2 == 0 else pair[::-1]:
+                dt = _timed(fn)
+                if r:
+                    t[name].append(dt)
+                bar.update()
+        st_path.unlink()
+        ws.retain(keep_last=1)
+    return t
+
+
+def _delta_vs_full(
+    ws: Any, sd: dict[str, Any], reps: int, bar: Any, t: dict[str, list[float]], version: int
+) -> list[str]:
+    """The same 1% change published whole, as a delta of the tensors named
+    changed, and as a delta found by checksum; the seconds of each go to `t`.
+    Returns the changed tensors' names."""
+    import torch
+
+    names = [k for k in sd if "layers" in k]
+    changed = names[:: max(1, len(names) // max(1, round(len(sd) * 0.01)))][: max(1, round(len(sd) * 0.01))]
+    for key in ("full", "delta", "delta_detect"):
+        t[key] = []
+    for _ in range(reps):
+        for k in changed:
+            sd[k].add_(1.0)
+        t["full"].append(_timed(partial(ws.publish, sd, version=version, dtype=None, full_every=1)))
+        version += 1
+        bar.update()
+        for k in changed:  # the learner names what it trains
+            sd[k].add_(1.0)
+        dt, named = _timed_result(
+            partial(ws.publish, sd, version=version, dtype=None, full_every=1000, changed=changed)
+        )
+        t["delta"].append(dt)
+        version += 1
+        for k in changed:  # or the publisher finds it by checksum
+            sd[k].add_(1.0)
+        dt, found = _timed_result(partial(ws.publish, sd, version=version, dtype=None, full_every=1000))
+        t["delta_detect"].append(dt)
+        version += 1
+        for p in (named, found):
+            assert p.kind == "delta" and p.written_tensors == len(changed), p
+        bar.update(2)
+        ws.retain(keep_last=1)
+    _, check = ws.load()
+    assert all(torch.equal(check[k], sd[k]) for k in sd), "delta versions do not load to the published weights"
+    return changed
+
+
+def _figures(
+    t: dict[str, list[float]], sd: dict[str, Any], reps: int, changed: list[str], rollout: dict[str, Any]
+) -> dict[str, Any]:
+    """Medians as rates, each beside its baseline."""
+    nbytes = sum(x.numel() * x.element_size() for x in sd.values())
     med = {k: statistics.median(v) for k, v in t.items()}
     gb = nbytes / 1e9
-    result = {
+    return {
         "params": sum(x.numel() for x in sd.values()),
         "bytes": nbytes,
         "repetitions": reps,
@@ -164,40 +187,27 @@ def bench_store(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         "delta_detect_speedup": round(med["full"] / med["delta_detect"], 1),
         **rollout,
     }
-    lines: list[str] = []
-    lines.append(f"weights: {result['params'] / 1e6:.1f}M params, {gb:.2f} GB fp32, median of {reps}")
-    lines.append(
-        f"  publish  sarl {result['sarl_publish_gbps']:.2f} GB/s   safetensors save "
-        f"{result['safetensors_save_gbps']:.2f} GB/s   ratio {result['publish_ratio']} (target >= 0.8)"
-    )
-    lines.append(
-        f"  load     sarl {result['sarl_load_gbps']:.2f} GB/s   safetensors load "
-        f"{result['safetensors_load_gbps']:.2f} GB/s   ratio {result['load_ratio']} (target >= 0.8)"
-    )
-    lines.append(
-        f"           without checksums {result['sarl_load_unverified_gbps']:.2f} GB/s   "
-        f"ratio {result['load_unverified_ratio']}"
-    )
-    lines.append(
-        f"  delta    {len(changed)} of {len(sd)} tensors changed: {result['delta_publish_s']:.3f} s vs full "
-        f"{result['full_publish_s']:.3f} s   speedup {result['delta_speedup']} (target >= 10)"
-    )
-    lines.append(
-        f"           found by checksum instead of named: {result['delta_detect_publish_s']:.3f} s, speedup "
-        f"{result['delta_detect_speedup']}"
-    )
-    lines.append(
-        f"rollouts: batches of 512 samples x {rollout['tokens_per_sample']} tokens, {rollout['batches']} batches"
-    )
-    lines.append(
-        f"  write    sarl {rollout['rollout_write_rps']:,.0f} rec/s   zarr API {rollout['zarr_api_write_rps']:,.0f}"
-        f" rec/s   (target >= 50,000)"
-    )
-    lines.append(
-        f"  read     sarl {rollout['rollout_read_rps']:,.0f} rec/s   zarr API {rollout['zarr_api_read_rps']:,.0f}"
-        f" rec/s   (target >= 200,000)"
-    )
-    return result, lines
+
+
+def _store_lines(result: dict[str, Any]) -> list[str]:
+    r = result
+    return [
+        f"weights: {r['params'] / 1e6:.1f}M params, {r['bytes'] / 1e9:.2f} GB fp32, median of {r['repetitions']}",
+        f"  publish  sarl {r['sarl_publish_gbps']:.2f} GB/s   safetensors save "
+        f"{r['safetensors_save_gbps']:.2f} GB/s   ratio {r['publish_ratio']} (target >= 0.8)",
+        f"  load     sarl {r['sarl_load_gbps']:.2f} GB/s   safetensors load "
+        f"{r['safetensors_load_gbps']:.2f} GB/s   ratio {r['load_ratio']} (target >= 0.8)",
+        f"           without checksums {r['sarl_load_unverified_gbps']:.2f} GB/s   ratio {r['load_unverified_ratio']}",
+        f"  delta    {r['changed_tensors']} of {r['tensors']} tensors changed: {r['delta_publish_s']:.3f} s vs full "
+        f"{r['full_publish_s']:.3f} s   speedup {r['delta_speedup']} (target >= 10)",
+        f"           found by checksum instead of named: {r['delta_detect_publish_s']:.3f} s, speedup "
+        f"{r['delta_detect_speedup']}",
+        f"rollouts: batches of 512 samples x {r['tokens_per_sample']} tokens, {r['batches']} batches",
+        f"  write    sarl {r['rollout_write_rps']:,.0f} rec/s   zarr API {r['zarr_api_write_rps']:,.0f}"
+        " rec/s   (target >= 50,000)",
+        f"  read     sarl {r['rollout_read_rps']:,.0f} rec/s   zarr API {r['zarr_api_read_rps']:,.0f}"
+        " rec/s   (target >= 200,000)",
+    ]
 
 
 def _bench_rollouts(work: Path, batches: int, sample_cls: Any, store_cls: Any) -> dict[str, Any]:

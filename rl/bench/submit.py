@@ -26,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 SUBMITIT_SCRIPT = """
 import sys, submitit
 ex = submitit.SlurmExecutor(folder=sys.argv[1] + "/%%j")
@@ -61,55 +63,9 @@ def bench_submit(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
 
     n = args.tasks
     reps = 3 if args.quick else 9
-    part = f", partition={args.partition!r}" if args.partition else ""
     work = Path(tempfile.mkdtemp(prefix="sarl-bench-submit-"))
     try:
-        script = work / "job.sh"
-        script.write_text("#!/bin/bash\ntrue\n")
-        sbatch = ["sbatch", "--parsable", "--hold", f"--array=0-{n - 1}", "-t", "10", "-o", "/dev/null"]
-        if args.partition:
-            sbatch += ["-p", args.partition]
-        cfg = work / "bench.toml"
-        cfg.write_text(f"""[run]
-name = "bench"
-root = "{work / "runs"}"
-[executor]
-type = "slurm"
-extra_sbatch = {{ hold = true }}
-{f'partition = "{args.partition}"' if args.partition else ""}
-[smoke]
-tasks = {n}
-steps = 1
-step_s = 0
-[smoke.job]
-time_min = 10
-""")
-        submitit_py = work / "stock_submitit.py"
-        submitit_py.write_text(SUBMITIT_SCRIPT % part)
-
-        def m_sbatch(i: int) -> str:
-            return _run([*sbatch, str(script)], work).strip().split(";")[0]
-
-        def m_python(i: int) -> str:
-            code = (
-                f"import subprocess; print(subprocess.run({[*sbatch, str(script)]!r}, capture_output=True, "
-                "text=True, check=True).stdout)"
-            )
-            return _run([sys.executable, "-c", code], work).strip().split(";")[0]
-
-        def m_submitit(i: int) -> str:
-            return _run([sys.executable, str(submitit_py), str(work / f"submitit-{i}"), str(n)], work).strip()
-
-        def m_sarl(i: int) -> str:
-            out = _run([sys.executable, "-m", "jobs.cli", "submit", str(cfg), "--set", f"run.name=bench-{i}"], work)
-            return out.split()[3]
-
-        methods: dict[str, Callable[[int], str]] = {
-            "sbatch": m_sbatch,
-            "python": m_python,
-            "submitit": m_submitit,
-            "sarl": m_sarl,
-        }
+        methods = _methods(work, n, args.partition)
         times: dict[str, list[float]] = {k: [] for k in methods}
         order = list(methods)
         for i in tqdm(range(reps), desc=f"submit {n}-task arrays", unit="round", file=sys.stderr):
@@ -147,3 +103,44 @@ time_min = 10
         f"sarl / python+sbatch = {result['ratio_vs_python_sbatch']}"
     )
     return result, lines
+
+
+def _methods(work: Path, n: int, partition: str | None) -> dict[str, Callable[[int], str]]:
+    """Four ways to submit the same held n-task array, each returning its job
+    id: plain sbatch, sbatch from a Python process, stock submitit, and
+    `sarl submit` of a smoke run."""
+    script = work / "job.sh"
+    script.write_text("#!/bin/bash\ntrue\n")
+    sbatch = ["sbatch", "--parsable", "--hold", f"--array=0-{n - 1}", "-t", "10", "-o", "/dev/null"]
+    if partition:
+        sbatch += ["-p", partition]
+    executor: dict[str, Any] = {"type": "slurm", "extra_sbatch": {"hold": True}}
+    if partition:
+        executor["partition"] = partition
+    cfg = work / "bench.toml"
+    cfg.write_text(tomli_w.dumps({
+        "run": {"name": "bench", "root": str(work / "runs")},
+        "executor": executor,
+        "smoke": {"workers": n, "steps": 1, "step_s": 0, "job": {"time_min": 10}},
+    }))  # fmt: skip
+    submitit_py = work / "stock_submitit.py"
+    submitit_py.write_text(SUBMITIT_SCRIPT % (f", partition={partition!r}" if partition else ""))
+
+    def m_sbatch(i: int) -> str:
+        return _run([*sbatch, str(script)], work).strip().split(";")[0]
+
+    def m_python(i: int) -> str:
+        code = (
+            f"import subprocess; print(subprocess.run({[*sbatch, str(script)]!r}, capture_output=True, "
+            "text=True, check=True).stdout)"
+        )
+        return _run([sys.executable, "-c", code], work).strip().split(";")[0]
+
+    def m_submitit(i: int) -> str:
+        return _run([sys.executable, str(submitit_py), str(work / f"submitit-{i}"), str(n)], work).strip()
+
+    def m_sarl(i: int) -> str:
+        out = _run([sys.executable, "-m", "jobs.cli", "submit", str(cfg), "--set", f"run.name=bench-{i}"], work)
+        return out.split()[3]
+
+    return {"sbatch": m_sbatch, "python": m_python, "submitit": m_submitit, "sarl": m_sarl}

@@ -71,7 +71,7 @@ def running_tasks(rd: RunDir) -> list[tuple[str, int]]:
 
     out = []
     for role, rc in rd.config().roles().items():
-        for t in role_status(rd, role, rc.tasks).detail:
+        for t in role_status(rd, role, rc.workers).detail:
             starts = _state(rd, role, t.task).get("starts", [])
             beat = _beat(rd, role, t.task)
             if t.status == "RUNNING" and starts and beat.get("pid") and beat.get("at", 0) >= starts[-1]["at"] - 1:

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.fsio import read_json
+from rl.rollout.config import RolloutRole
 from rl.run.rundir import RunDir
 
 
@@ -58,6 +59,10 @@ class Ledger:
 
 
 def check(run_dir: Path) -> Ledger:
+    """The run's ledger against the exactly-once rules: every committed batch
+    consumed once, learner steps 1..n once each, every episode committed once
+    or its group abandoned with a reason, generators on the newest version,
+    and no TensorBoard curve going back."""
     from rl.learner.checkpoints import LearnerCheckpoints
     from rl.store import Store
 
@@ -68,14 +73,31 @@ def check(run_dir: Path) -> Ledger:
     reader = store.reader()
     committed = reader.committed()
     v.batches_committed = len(committed)
-
-    # batches: consumed once each
     ck = LearnerCheckpoints(run_dir).latest()
     history: list[list[Any]] = ck.meta.get("history", []) if ck is not None else []
-    consumed = Counter(k for _, keys in history for k in keys)
     learner = read_json(rd.state_path("learner", 0)) or {}
-    quarantined = set(learner.get("quarantined", {}))
-    keys = {f"{w}/{s}" for w, s in committed}
+    latest = store.weights.latest() or 0
+    _batches(v, {f"{w}/{s}" for w, s in committed}, history, set(learner.get("quarantined", {})))
+    _steps(v, history, str(learner.get("ended", "")), cfg.learner.steps if cfg.learner else 0)
+    if cfg.learner is not None and latest != len(v.steps):
+        v.problems.append(f"the newest published version is {latest}, the last step applied {len(v.steps)}")
+    if cfg.rollout is not None:
+        episodes: Counter[str] = Counter()
+        for key in committed:
+            episodes.update(reader.info(key).episode_ids)
+        _episodes(v, rd, episodes, cfg.rollout)
+    if cfg.generator is not None and cfg.learner is not None:  # generators on the newest version
+        for t in range(cfg.generator.workers):
+            st = read_json(rd.state_path("generator", t)) or {}
+            if st.get("version") != latest:
+                v.problems.append(f"generator task {t} ended on version {st.get('version')}, the newest is {latest}")
+    v.problems += tensorboard_backwards(rd.curves_path)
+    return v
+
+
+def _batches(v: Ledger, keys: set[str], history: list[list[Any]], quarantined: set[str]) -> None:
+    """Committed batches: consumed once each, or quarantined."""
+    consumed = Counter(k for _, ks in history for k in ks)
     v.batches_quarantined = len(quarantined & keys)
     v.batches_duplicated = sum(n - 1 for n in consumed.values())
     v.batches_lost = len(keys - set(consumed) - quarantined)
@@ -86,50 +108,35 @@ def check(run_dir: Path) -> Ledger:
     if set(consumed) - keys:
         v.problems.append(f"the learner consumed batches the store does not hold: {sorted(set(consumed) - keys)[:5]}")
 
-    # learner steps: 1..n, each once; n short of `steps` only with the reason the learner recorded
+
+def _steps(v: Ledger, history: list[list[Any]], ended: str, planned: int) -> None:
+    """Learner steps 1..n, each once; n short of `planned` only with the
+    reason the learner recorded."""
     v.steps = [int(s) for s, _ in history]
-    n, planned = len(v.steps), cfg.learner.steps if cfg.learner else 0
+    n = len(v.steps)
     if v.steps != list(range(1, n + 1)):
         v.problems.append(f"learner steps applied {v.steps}: a step skipped or repeated")
-    v.learner_ended = str(learner.get("ended", ""))
+    v.learner_ended = ended
     if n < planned and not v.learner_ended:
         v.problems.append(f"the learner stopped at step {n} of {planned} without a recorded reason")
-    latest = store.weights.latest() or 0
-    if cfg.learner is not None and latest != n:
-        v.problems.append(f"the newest published version is {latest}, the last step applied {n}")
 
-    # episodes: committed once, or abandoned with a reason
-    episodes: Counter[str] = Counter()
-    for key in committed:
-        episodes.update(reader.info(key).episode_ids)
-    rc = cfg.rollout
-    if rc is not None:
-        for t in range(rc.tasks):
-            for g, why in (read_json(rd.state_path("rollout", t)) or {}).get("abandoned", {}).items():
-                v.groups_abandoned[str(g)] = str(why)
-        want_ids = {
-            f"{g}/{i}" for g in range(rc.groups) if str(g) not in v.groups_abandoned for i in range(rc.group_size)
-        }
-        v.episodes_committed = len(episodes)
-        v.episodes_duplicated = sum(n - 1 for n in episodes.values())
-        v.episodes_lost = len(want_ids - set(episodes))
-        if v.episodes_lost:
-            v.problems.append(f"{v.episodes_lost} episodes neither committed nor abandoned: "
-                              f"{sorted(want_ids - set(episodes))[:5]}")  # fmt: skip
-        if v.episodes_duplicated:
-            v.problems.append(f"{v.episodes_duplicated} episodes committed more than once")
-        if not all(v.groups_abandoned.values()):
-            v.problems.append("a group was abandoned without a reason")
 
-    # generators on the newest version
-    if cfg.generator is not None and cfg.learner is not None:
-        for t in range(cfg.generator.tasks):
-            st = read_json(rd.state_path("generator", t)) or {}
-            if st.get("version") != latest:
-                v.problems.append(f"generator task {t} ended on version {st.get('version')}, the newest is {latest}")
-
-    v.problems += tensorboard_backwards(rd.curves_path)
-    return v
+def _episodes(v: Ledger, rd: RunDir, episodes: Counter[str], rc: RolloutRole) -> None:
+    """Episodes: committed once, or their group abandoned with a reason."""
+    for t in range(rc.workers):
+        for g, why in (read_json(rd.state_path("rollout", t)) or {}).get("abandoned", {}).items():
+            v.groups_abandoned[str(g)] = str(why)
+    want_ids = {f"{g}/{i}" for g in range(rc.groups) if str(g) not in v.groups_abandoned for i in range(rc.group_size)}
+    v.episodes_committed = len(episodes)
+    v.episodes_duplicated = sum(n - 1 for n in episodes.values())
+    v.episodes_lost = len(want_ids - set(episodes))
+    if v.episodes_lost:
+        v.problems.append(f"{v.episodes_lost} episodes neither committed nor abandoned: "
+                          f"{sorted(want_ids - set(episodes))[:5]}")  # fmt: skip
+    if v.episodes_duplicated:
+        v.problems.append(f"{v.episodes_duplicated} episodes committed more than once")
+    if not all(v.groups_abandoned.values()):
+        v.problems.append("a group was abandoned without a reason")
 
 
 def tensorboard_backwards(tb_root: Path) -> list[str]:

@@ -127,11 +127,10 @@ def _rate(plain: dict[str, Any], t0: float, t1: float) -> float:
 
 
 def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
-    from tqdm import tqdm
-
-    from rl.chaos.faults import KINDS, Fault, healed, inject
+    """A run harmed by `--injections` faults of every kind in turn (the
+    order shuffled by `--seed`), then checked against the exactly-once rules;
+    with `--baseline`, the same run unharmed first, for the throughput ratio."""
     from rl.chaos.invariants import check
-    from rl.run.rundir import RunDir
 
     if args.injections < 0:
         raise SarlError(f"chaos: --injections {args.injections}: must be >= 0")
@@ -143,7 +142,6 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
     if (work / "runs").exists():
         raise SarlError(f"chaos: {work}/runs exists: give a new --dir")
     r: dict[str, Any] = {"config": str(args.config), "dir": str(work), "seed": args.seed}
-
     if args.baseline:
         run, t0 = _submit(work, plain, "base", None)
         try:
@@ -152,6 +150,28 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         finally:
             _cancel(run)
         r["base_samples_s"] = round(_rate(plain, t0, t1), 4)
+    run, t0 = _submit(work, plain, "chaos", CHAOS_RECOVERY)
+    try:
+        faults, skipped = _harm(run, args)
+        t1 = _wait(lambda: _state(run, "learner").get("done"), args.timeout, "the harmed run's learner")
+        _wait(lambda: _run_over(run), 600, "the harmed run to end")
+    finally:
+        _cancel(run)
+    r.update(_ledger(faults, skipped, check(run), t0))
+    r["chaos_samples_s"] = round(_rate(plain, t0, t1), 4)
+    r["throughput_ratio"] = round(r["chaos_samples_s"] / r["base_samples_s"], 3) if args.baseline else None
+    r["ok"] = not (r["problems"] or r["lost"] or r["duplicated"] or r["unhealed"])
+    return r, _lines(r)
+
+
+def _harm(run: Path, args: argparse.Namespace) -> tuple[list[Any], Counter[str]]:
+    """Inject the faults, each after a random gap, and wait for each to heal
+    (one not healed in time is reported, not raised). Returns the faults
+    injected, and the kinds skipped (the run was over, or no task fitted)."""
+    from tqdm import tqdm
+
+    from rl.chaos.faults import KINDS, Fault, healed, inject
+    from rl.run.rundir import RunDir
 
     rng = random.Random(args.seed)
     order: list[str] = []
@@ -160,12 +180,10 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         rng.shuffle(kinds)
         order += kinds
     order = order[: args.injections]
-    run, t0 = _submit(work, plain, "chaos", CHAOS_RECOVERY)
     rd = RunDir(run)
     faults: list[Fault] = []
     skipped: Counter[str] = Counter()
-    bar = tqdm(total=len(order), desc="chaos (faults injected and healed)", file=sys.stderr)
-    try:
+    with tqdm(total=len(order), desc="chaos (faults injected and healed)", file=sys.stderr) as bar:
         _wait(lambda: _state(run, "learner").get("step", 0) >= 1, args.timeout, "the learner's first step")
         for kind in order:
             time.sleep(rng.uniform(*args.gap))
@@ -185,15 +203,13 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             with contextlib.suppress(SarlError):  # not healed in time: reported below
                 fault.healed_at = _wait(lambda f=fault: healed(rd, f), args.heal_timeout, f"{kind} to heal")
             bar.update(1)
-        t1 = _wait(lambda: _state(run, "learner").get("done"), args.timeout, "the harmed run's learner")
-        _wait(lambda: _run_over(run), 600, "the harmed run to end")
-    finally:
-        bar.close()
-        _cancel(run)
-    verdict = check(run)
+    return faults, skipped
 
+
+def _ledger(faults: list[Any], skipped: Counter[str], verdict: Any, t0: float) -> dict[str, Any]:
+    """The faults, how long each took to heal, and the run's ledger."""
     times = sorted(f.recovery_s for f in faults if f.recovery_s is not None)
-    r.update(
+    return dict(
         injections=len(faults),
         kinds=dict(Counter(f.kind for f in faults)),
         skipped=dict(skipped),
@@ -212,7 +228,6 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
         recovery_p50_s=round(statistics.median(times), 1) if times else None,
         recovery_max_s=round(times[-1], 1) if times else None,
         problems=verdict.problems,
-        chaos_samples_s=round(_rate(plain, t0, t1), 4),
         faults=[
             {
                 "kind": f.kind,
@@ -224,9 +239,6 @@ def chaos(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]:
             for f in faults
         ],  # fmt: skip
     )
-    r["throughput_ratio"] = round(r["chaos_samples_s"] / r["base_samples_s"], 3) if args.baseline else None
-    r["ok"] = not (verdict.problems or verdict.lost or verdict.duplicated or r["unhealed"])
-    return r, _lines(r)
 
 
 def _lines(r: dict[str, Any]) -> list[str]:

@@ -17,7 +17,7 @@ class EvalRole(RoleConfig):
     published version and the last, each once, with an engine of its own,
     and writes pass@k per version to TensorBoard (`tb/eval/`)."""
 
-    tasks: int = Field(1, ge=1, le=1)
+    workers: int = Field(1, ge=1, le=1)
     """Always 1: one evaluator per run."""
     tasks_file: Path
     """Held-out tasks (JSONL); no task of it may be in the training files."""

@@ -341,13 +341,22 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
         except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played
             ex.shutdown(wait=False, cancel_futures=True)
             raise
+    return _write_results(ctx, plan, policy, results, ks, (time.monotonic() - t0) / 60)
+
+
+def _write_results(
+    ctx: RunContext, plan: Plan, policy: Policy, results: list[Any], ks: list[int], minutes: float
+) -> dict[str, Any]:
+    """results.jsonl (a line a task) and summary.json in the folder of the
+    version, the task file and the mode (greedy or sampled, the turns): the
+    summary, with that folder."""
     tasks_file = str(Path(plan.tasks_name).resolve())
-    summary = {"version": version, "tasks_file": tasks_file, "n": n, "engine": policy.how}
+    summary = {"version": policy.version, "tasks_file": tasks_file, "n": plan.n, "engine": policy.how}
     summary.update(summarise(results, ks))
-    summary["minutes"] = round((time.monotonic() - t0) / 60, 2)
-    summary["temperature"] = agent.temperature
-    mode = play_mode(agent.temperature, n, agent.max_turns)
-    folder = results_folder(Path(ctx.run_dir) / "eval" / f"v{version:06d}", tasks_file, mode)
+    summary["minutes"] = round(minutes, 2)
+    summary["temperature"] = plan.agent.temperature
+    mode = play_mode(plan.agent.temperature, plan.n, plan.agent.max_turns)
+    folder = results_folder(Path(ctx.run_dir) / "eval" / f"v{policy.version:06d}", tasks_file, mode)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / "results.jsonl", "".join(json.dumps(asdict(r)) + "\n" for r in results))
     atomic_write(folder / "summary.json", json.dumps(summary, indent=1) + "\n")

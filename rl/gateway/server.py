@@ -57,6 +57,7 @@ from rl.engine.config import SamplingParams
 from rl.gateway.api import ApiError, ChatRequest, CompletionRequest, error_body, parse
 from rl.gateway.backends import Backend
 from rl.gateway.capture import CapturedCall, Session, Sessions
+from rl.gateway.chunks import chat_chunks, token_logprob
 from rl.gateway.render import conversation, forced_start, pieces, reply, reply_message, template_messages, trimmed
 from rl.model import chat_ids
 from rl.serving.intake import Intake, Refusals, WholeRequestHandler
@@ -188,9 +189,12 @@ class Gateway:
                     message["tool_calls"] = api_calls
                 lp = None
                 if req.logprobs:
-                    lp = {"content": [_logprob(p, x) for p, x in zip(parts, c.logprobs, strict=True)], "refusal": None}
+                    lp = {
+                        "content": [token_logprob(p, x) for p, x in zip(parts, c.logprobs, strict=True)],
+                        "refusal": None,
+                    }
                 choices.append({"index": j, "message": message, "logprobs": lp, "finish_reason": finish})
-                chunks += _chat_chunks(j, content or "", start, parts, api_calls, lp, finish)
+                chunks += chat_chunks(j, content or "", start, parts, api_calls, lp, finish)
                 said = reply_message(content or "", calls)
                 self._remember(said, start + self.tokenizer.decode(c.token_ids, skip_special_tokens=True))
                 if session is not None:
@@ -357,45 +361,6 @@ class Gateway:
 
     def health(self) -> dict[str, Any]:
         return {"version": self.backend.version(), "served": self.served, "tokens": self.tokens, "errors": self.errors}
-
-
-def _logprob(piece: str, x: float) -> dict[str, Any]:
-    return {"token": piece, "logprob": x, "bytes": list(piece.encode()), "top_logprobs": []}
-
-
-def _chat_chunks(
-    j: int,
-    content: str,
-    start: str,
-    parts: list[str],
-    calls: list[dict[str, Any]],
-    lp: dict[str, Any] | None,
-    finish: str,
-) -> list[dict[str, Any]]:
-    """Choice `j` as a stream's chunks: its role, its content piece by piece
-    (`start`, the forced opening, first and without log-probs), its calls,
-    and its finish."""
-
-    def chunk(delta: dict[str, Any], logprobs: Any = None, finish: str | None = None) -> dict[str, Any]:
-        return {"choices": [{"index": j, "delta": delta, "logprobs": logprobs, "finish_reason": finish}]}
-
-    out = [chunk({"role": "assistant", "content": ""})]
-    said = 0
-    if start and content.startswith(start):
-        out.append(chunk({"content": start}))
-        said = len(start)
-    for k, p in enumerate(parts):
-        p = p[: max(0, len(content) - said)]
-        if not p:
-            continue
-        said += len(p)
-        piece_lp = {"content": lp["content"][k : k + 1], "refusal": None} if lp else None
-        out.append(chunk({"content": p}, piece_lp))
-    if calls:
-        deltas = [{"index": i, **c} for i, c in enumerate(calls)]
-        out.append(chunk({"tool_calls": deltas}))
-    out.append(chunk({}, None, finish))
-    return out
 
 
 def _handler(gw: Gateway) -> Any:

@@ -13,8 +13,8 @@ class GeneratorRole(RoleConfig):
     out), announces itself in `endpoints/`, and loads every new weight
     version from the store without restarting."""
 
-    tasks: int = Field(1, ge=1, le=10_000)
-    """Number of generators."""
+    workers: int = Field(1, ge=1, le=10_000)
+    """Number of generators (the tasks of its job array)."""
     engine: EngineConfig = Field(default_factory=VLLMEngineConfig)
     """Inference backend: `vllm` or `hf`, with its settings."""
     bind: str = "0.0.0.0"

@@ -35,7 +35,7 @@ import xxhash
 
 from rl.fsio import CorruptFile, atomic_write, commit_dir, read_json, sweep_temporaries, write_json
 from rl.layout import RunLayout
-from rl.store.rollouts import Cursor
+from rl.store.cursor import Cursor
 from rl.store.zgroup import StoreError
 
 

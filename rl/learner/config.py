@@ -70,7 +70,7 @@ class LearnerRole(RoleConfig):
     once, and publishes weight versions. One task; its ranks (data
     parallel) are `job.nodes x job.tasks_per_node` processes."""
 
-    tasks: int = Field(1, ge=1, le=1)
+    workers: int = Field(1, ge=1, le=1)
     """Always 1: one learner per run."""
     steps: int = Field(10, ge=1)
     """Optimizer steps to take; the run's last weight version is `steps`."""

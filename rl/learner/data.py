@@ -115,18 +115,9 @@ def take_step(store: Store, cursor: Cursor, version: int, need: Need, feed: Feed
             if sync and any(s.policy_version > version for s in batch):
                 continue  # a later round's: left for its step
             taken.append(key)
-            groups: dict[int, list[Sample]] = {}
-            for s in batch:
-                groups.setdefault(s.group_id, []).append(s)
-            for g, members in groups.items():
-                if max_staleness is not None and any(version - s.policy_version > max_staleness for s in members):
-                    dropped += len(members)
-                    # never trained: the async gate lets another group start in its place (rl.store.given_up)
-                    oldest = min(s.policy_version for s in members)
-                    why = f"stale: sampled by version {oldest}, dropped by the learner at version {version}"
-                    store.given_up.record(g, why, "learner")
-                else:
-                    out += members
+            kept, stale = _fresh(store, batch, version, max_staleness)
+            out += kept
+            dropped += stale
             full = (
                 len(out) >= samples
                 if tokens is None
@@ -145,6 +136,27 @@ def take_step(store: Store, cursor: Cursor, version: int, need: Need, feed: Feed
         if last or feed.should_stop():
             return None
         time.sleep(need.poll_s)
+
+
+def _fresh(store: Store, batch: list[Sample], version: int, max_staleness: int | None) -> tuple[list[Sample], int]:
+    """A batch's samples but its stale groups (a member sampled more than
+    `max_staleness` versions before `version`), and how many were dropped.
+    A dropped group is never trained: it is given up, so that the async gate
+    lets another group start in its place (rl.store.given_up)."""
+    groups: dict[int, list[Sample]] = {}
+    for s in batch:
+        groups.setdefault(s.group_id, []).append(s)
+    kept: list[Sample] = []
+    dropped = 0
+    for g, members in groups.items():
+        if max_staleness is not None and any(version - s.policy_version > max_staleness for s in members):
+            dropped += len(members)
+            oldest = min(s.policy_version for s in members)
+            why = f"stale: sampled by version {oldest}, dropped by the learner at version {version}"
+            store.given_up.record(g, why, "learner")
+        else:
+            kept += members
+    return kept, dropped
 
 
 def signal_share(samples: list[Sample]) -> float:

@@ -15,8 +15,8 @@ class RolloutRole(RoleConfig):
     groups against the run's generators, verifies them, and commits them in
     batches to the store, each group exactly once."""
 
-    tasks: int = Field(1, ge=1, le=10_000)
-    """Number of rollout workers (array tasks)."""
+    workers: int = Field(1, ge=1, le=10_000)
+    """Number of rollout workers (the tasks of its job array)."""
     tasks_file: list[Path]
     """JSONL task file(s) to draw from: one path or a list. A relative path
     is resolved against the directory `sarl submit` runs in. Task ids must be

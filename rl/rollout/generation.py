@@ -5,6 +5,7 @@ from the group's one request (rl.rollout.group_request) when there is one."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -14,6 +15,11 @@ from rl.rollout.group_request import GroupReplies
 
 Generate = Callable[[list[int], Any], tuple[Any, int]]
 """(prompt, sampling) -> (the completion, the weight version that answered)."""
+
+
+def episode_seed(seed: int, group: int, i: int) -> int:
+    """A sampling seed stable across processes (`hash()` of a tuple is not)."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{group}/{i}".encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
 def episode_policy(

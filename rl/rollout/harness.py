@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rl.agent.config import AgentConfig
@@ -61,23 +62,8 @@ def run_harness(
     kind, env, start = start_environment(task, cfg, sandbox, verifier, left, tokenizer)
     for name, path in cfg.harness.files.items():
         sandbox.write_file(name, path.read_bytes())
-    # a new key for each attempt
-    session = gateway.sessions.open(f"{episode_id}~{secrets.token_hex(4)}", cfg.harness.max_calls)
-    timings = {"generate_s": 0.0, "execute_s": 0.0, "verify_s": 0.0}
-    try:
-        t0 = time.monotonic()
-        result = sandbox.exec(
-            list(cfg.harness.command),
-            env=_environment(cfg, gateway, session.key, start.messages, seed),
-            limits=_limits(sandbox, max(1.0, left())) if deadline is not None else sandbox.cfg.limits,
-        )
-        run_s = time.monotonic() - t0
-    finally:
-        gateway.sessions.close(session.id)
-    if session.infra:
-        raise EndpointFailed(f"{len(session.infra)} call(s) failed at the endpoint: {session.infra[0]}")
-    timings["generate_s"] = session.generate_s
-    timings["execute_s"] = max(0.0, run_s - session.generate_s)
+    result, run_s, session = _run_program(cfg, gateway, sandbox, start.messages, seed, episode_id, deadline, left)
+    timings = {"generate_s": session.generate_s, "execute_s": max(0.0, run_s - session.generate_s), "verify_s": 0.0}
     end = "deadline" if result.limit == "wall_time" or left() <= 0 else "exited"
     if end == "deadline" and session.waited_s > max(1.0, 0.05 * run_s):
         why = f"the deadline cut the program after its calls waited {session.waited_s:.1f} s for a generator"
@@ -105,6 +91,36 @@ def run_harness(
         more=list(zip(got.samples[1:], got.temperatures[1:], strict=True)),
         retokenized=got.mismatches,
     )
+
+
+def _run_program(
+    cfg: AgentConfig,
+    gateway: Any,
+    sandbox: Any,
+    messages: list[dict[str, Any]],
+    seed: int,
+    episode_id: str,
+    deadline: float | None,
+    left: Callable[[], float],
+) -> tuple[Any, float, Any]:
+    """The program run under a gateway session of its own (a new key for each
+    attempt): its result, its seconds, and the session with its calls. A
+    call that failed at the endpoint fails the attempt, not the policy."""
+    assert cfg.harness is not None
+    session = gateway.sessions.open(f"{episode_id}~{secrets.token_hex(4)}", cfg.harness.max_calls)
+    try:
+        t0 = time.monotonic()
+        result = sandbox.exec(
+            list(cfg.harness.command),
+            env=_environment(cfg, gateway, session.key, messages, seed),
+            limits=_limits(sandbox, max(1.0, left())) if deadline is not None else sandbox.cfg.limits,
+        )
+        run_s = time.monotonic() - t0
+    finally:
+        gateway.sessions.close(session.id)
+    if session.infra:
+        raise EndpointFailed(f"{len(session.infra)} call(s) failed at the endpoint: {session.infra[0]}")
+    return result, run_s, session
 
 
 def _environment(cfg: AgentConfig, gateway: Any, key: str, messages: list[dict[str, Any]], seed: int) -> dict[str, str]:

@@ -1,6 +1,6 @@
 """Who plays which groups: shares, and a given-up worker's share taken up.
 
-Worker k's own share is groups k, k + N, k + 2N, ... (N = rollout.tasks).
+Worker k's own share is groups k, k + N, k + 2N, ... (N = rollout.workers).
 Recovery gives up a worker that dies in a loop (rl.run.recovery), and asks
 the rollout role's hooks (jobs/rollout.py) what to do about it. Without
 more, its share would wait for a person's `sarl resume`, and the learner's

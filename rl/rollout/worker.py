@@ -9,13 +9,11 @@ rl.rollout.batches.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from typing import Any
 
 from rl.context import RunContext
@@ -27,46 +25,16 @@ from rl.rollout.config import RolloutRole
 from rl.rollout.curves import RolloutCurves
 from rl.rollout.endings import Abandon, InfraFailure, Stopping
 from rl.rollout.gate import GATE_POLL_S, gate
-from rl.rollout.generation import episode_policy
+from rl.rollout.generation import episode_policy, episode_seed
 from rl.rollout.group_request import GroupReplies
 from rl.rollout.harness import EndpointFailed, run_harness
 from rl.rollout.queue import TaskQueue
+from rl.rollout.stats import Stats
 from rl.store import Store
 from rl.tasks.format import Task
 from rl.tasks.quarantine import quarantine
 
 log = logging.getLogger("sarl.rollout")
-
-
-@dataclass
-class Stats:
-    """Counts since this start; updated from episode threads."""
-
-    episodes: int = 0
-    retries: int = 0
-    """Episodes played again after an infrastructure failure."""
-    generator_retries: int = 0
-    """Requests that a second generator served after one failed."""
-    dropped_groups: int = 0
-    failures: dict[str, int] = field(default_factory=dict)
-    generator_wait_s: float = 0.0
-    gate_wait_s: float = 0.0
-    """Seconds with nothing to start: the staleness bound or the round's version."""
-    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    def count(self, **delta: float) -> None:
-        with self.lock:
-            for k, v in delta.items():
-                setattr(self, k, getattr(self, k) + v)
-
-    def failed(self, why: str) -> None:
-        with self.lock:
-            self.failures[why or "passed"] = self.failures.get(why or "passed", 0) + 1
-
-
-def episode_seed(seed: int, group: int, i: int) -> int:
-    """A sampling seed stable across processes (`hash()` of a tuple is not)."""
-    return int.from_bytes(hashlib.sha256(f"{seed}/{group}/{i}".encode()).digest()[:4], "little") & 0x7FFFFFFF
 
 
 SHARES_POLL_S = 2.0
@@ -119,7 +87,7 @@ class Worker:
         self._shares_read = 0.0
 
     def my_groups(self) -> list[int]:
-        return sorted(g for k in self.shares for g in range(k, self.rc.groups, self.rc.tasks))
+        return sorted(g for k in self.shares for g in range(k, self.rc.groups, self.rc.workers))
 
     def take_up(self) -> list[int]:
         """Shares handed to this worker since it last looked (rl.rollout.shares):
@@ -128,7 +96,7 @@ class Worker:
 
         self._shares_read = time.monotonic()
         rd = self.ctx.layout
-        now = shares.shares_of(rd, self.index, self.rc.tasks)
+        now = shares.shares_of(rd, self.index, self.rc.workers)
         new = [k for k in now if k not in self.shares]
         self.shares = now
         for k in new:
@@ -142,7 +110,7 @@ class Worker:
         if new:  # the store, read now: what the share's first worker committed after I started
             self.committed |= committed_groups(self.store)
         gone = self.committed | set(self.abandoned) | self.abandoned_before
-        return [g for k in new for g in range(k, self.rc.groups, self.rc.tasks) if g not in gone]
+        return [g for k in new for g in range(k, self.rc.groups, self.rc.workers) if g not in gone]
 
     # ------------------------------------------------------ what the loop does
     @contextlib.contextmanager

@@ -171,7 +171,7 @@ def make_executor(cfg: Config, role: str, role_cfg: RoleConfig, folder: Path) ->
             cpus_per_task=job.cpus_per_task,
             mem=f"{int(job.mem_gb * 1024)}M",
             signal_delay_s=ex.signal_delay_s,
-            array_parallelism=job.array_parallelism or role_cfg.tasks,
+            array_parallelism=job.array_parallelism or role_cfg.workers,
             setup=list(ex.setup),
             additional_parameters=dict(ex.extra_sbatch),
         )

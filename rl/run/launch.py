@@ -54,7 +54,7 @@ def _submit_new(rd: RunDir, cfg: Config) -> list[Submitted]:
         done: list[Submitted] = []
         try:
             for role, rc in cfg.roles().items():
-                rec = submit_role(rd, cfg, role, list(range(rc.tasks)))
+                rec = submit_role(rd, cfg, role, list(range(rc.workers)))
                 done.append(Submitted(role, submission_label(rec), rec["tasks"]))
         except BaseException:
             if not done:  # nothing runs: leave nothing behind
@@ -79,7 +79,7 @@ def resume(
     if subs:
         say(f"resumed {rd.path}: " + ", ".join(f"{s.role} tasks {_spans(s.tasks)}" for s in subs))
     else:
-        counts = {role: role_status(rd, role, rc.tasks).counts for role, rc in frozen.roles().items()}
+        counts = {role: role_status(rd, role, rc.workers).counts for role, rc in frozen.roles().items()}
         say(
             f"nothing to resubmit in {rd.path}: every task is done or alive ("
             + "; ".join(f"{role}: {c['done']} done, {c['running'] + c['pending']} alive" for role, c in counts.items())
@@ -103,7 +103,7 @@ def _resubmit(rd: RunDir, cfg: Config) -> list[Submitted]:
     rd.cancelled_path.unlink(missing_ok=True)  # a person brings the run back: its watchers with it
     out = []
     for role, rc in cfg.roles().items():
-        st = role_status(rd, role, rc.tasks)
+        st = role_status(rd, role, rc.workers)
         if st.scheduler_error:  # its tasks may still run: resubmitting them could run them twice
             raise SubmitError(f"{role}: {st.scheduler_error}; nothing resubmitted")
         todo = [t.task for t in st.detail if t.status != "DONE" and not t.live]
@@ -121,7 +121,7 @@ def cancel(rd: RunDir) -> list[str]:
     with rd.lock():
         write_json(rd.cancelled_path, {"at": time.time()})  # the run's watchers stand down, even after a failure
         for role, rc in cfg.roles().items():
-            st = role_status(rd, role, rc.tasks)
+            st = role_status(rd, role, rc.workers)
             if st.scheduler_error:
                 raise SubmitError(f"{role}: {st.scheduler_error}; nothing cancelled")
             live_jobs = {t.job_id for t in st.detail if t.live}

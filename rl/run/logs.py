@@ -55,7 +55,7 @@ class TaskFiles:
 def select(rd: RunDir, which: str | None) -> list[tuple[str, int]]:
     """The tasks `which` names: None (all), `ROLE` or `ROLE/TASK`; a
     ConfigError naming what exists otherwise."""
-    roles = {name: rc.tasks for name, rc in rd.config().roles().items()}
+    roles = {name: rc.workers for name, rc in rd.config().roles().items()}
     if which is None:
         return [(role, t) for role, n in roles.items() for t in range(n)]
     role, _, task = which.partition("/")
@@ -173,7 +173,7 @@ def follow(rd: RunDir, which: str | None, out: IO[str], offsets: dict[Path, int]
     while True:
         live = False
         for role in {r for r, _ in chosen}:
-            st = role_status(rd, role, rd.config().roles()[role].tasks)
+            st = role_status(rd, role, rd.config().roles()[role].workers)
             live |= any(t.live for t in st.detail if (role, t.task) in chosen)
         for role, task in chosen:
             for files in task_files(rd, role, task, rank)[-1:]:

@@ -39,10 +39,10 @@ def overview(rd: RunDir, cfg: Any) -> dict[str, Any]:
     if cfg.learner is not None:
         out["learner"] = _learner((_states(rd, "learner", 1) or [{}])[0], cfg.learner, published)
     if cfg.generator is not None:
-        gens = _states(rd, "generator", cfg.generator.tasks)
+        gens = _states(rd, "generator", cfg.generator.workers)
         out["generators"] = {str(s.get("task", i)): s.get("version") for i, s in enumerate(gens)}
     if cfg.rollout is not None:
-        ws = _states(rd, "rollout", cfg.rollout.tasks)
+        ws = _states(rd, "rollout", cfg.rollout.workers)
         fails: Counter[str] = Counter()
         for s in ws:
             fails.update(s.get("failures", {}))

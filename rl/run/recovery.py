@@ -90,7 +90,7 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Remedy]:
     if rd.cancelled_path.exists():  # a person cancelled the run: it stays down until `sarl resume`
         return out
     for role, rc in cfg.roles().items():
-        st = role_status(rd, role, rc.tasks, now)
+        st = role_status(rd, role, rc.workers, now)
         if st.scheduler_error:  # its tasks may still run: acting now could run them twice
             continue
         for t in st.detail:
@@ -109,7 +109,7 @@ def look(rd: RunDir, cfg: Config, now: float | None = None) -> list[Remedy]:
             elif t.failed and not given_up(rd, role, t.task):
                 out.append(Remedy(role, t.task, "dead", job, f"{t.status}: {t.reason}".rstrip(": ")))
         jobs = {t.task: t.job_id.removeprefix("pid ") for t in st.detail}
-        for task, why in role_class(role).restart_also(rd, rc.tasks):
+        for task, why in role_class(role).restart_also(rd, rc.workers):
             out.append(Remedy(role, task, "restart", jobs.get(task, ""), why))
     return out
 
@@ -163,7 +163,7 @@ def recover(rd: RunDir) -> list[Remedy]:
 def _on_given_up(rd: RunDir, cfg: Config, role: str, task: int) -> dict[str, Any]:
     """What the role does with a given-up task's work (`Role.on_given_up`),
     told which of its tasks run and which are given up already."""
-    n = cfg.roles()[role].tasks
+    n = cfg.roles()[role].workers
     running = {t.task for t in role_status(rd, role, n).detail if t.live}
     out = {t for t in range(n) if given_up(rd, role, t)} | {task}
     return role_class(role).on_given_up(rd, task, n, running, out)

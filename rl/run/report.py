@@ -74,32 +74,55 @@ def _by_step(series: list[tuple[float, int, float]]) -> tuple[list[int], list[fl
 
 
 def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -> dict[str, bytes]:
+    """Every figure of the report, as PNG bytes by name; `control`: the
+    curves of a control run, drawn beside this run's where they compare."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on a login node
     import matplotlib.pyplot as plt
 
     t0 = _t0(curves)
+    return {
+        "reward": _reward(plt, curves, t0),
+        "pass1": _pass1(plt, curves, control),
+        "failures": _failures(plt, curves, t0),
+        "throughput": _throughput(plt, curves, t0),
+        "learning": _learning(plt, curves.get("learner", {})),
+        "policy": _policy(plt, curves.get("learner", {})),
+        "agent": _agent(plt, curves, t0),
+        "control": _control(plt, curves, control),
+    }
 
-    def line(ax: Any, pts: list[tuple[float, int, float]], label: str, **kw: Any) -> None:
-        ax.plot([(p[0] - t0) / 60 for p in pts], [p[2] for p in pts], label=label, **kw)
 
-    out = {}
+def _line(ax: Any, pts: list[tuple[float, int, float]], t0: float, label: str, **kw: Any) -> None:
+    """A curve against the minutes since the run's first point."""
+    ax.plot([(p[0] - t0) / 60 for p in pts], [p[2] for p in pts], label=label, **kw)
+
+
+def _done(plt: Any, fig: Any) -> bytes:
+    png = _png(fig)
+    plt.close(fig)
+    return png
+
+
+def _reward(plt: Any, curves: dict[str, Series], t0: float) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     drawn = 0
     for name, s in curves.items():
         for tag in ("learner/reward_mean", "rollout/reward_mean"):
             if tag in s:
-                line(ax, s[tag], name, marker="." if name == "learner" else None)
+                _line(ax, s[tag], t0, name, marker="." if name == "learner" else None)
                 drawn += 1
     ax.set(title="Reward", xlabel="minutes", ylabel="mean reward")
     ax.legend(fontsize=7) if drawn else _empty(ax, "reward")
-    out["reward"] = _png(fig)
-    plt.close(fig)
+    return _done(plt, fig)
 
+
+def _pass1(plt: Any, curves: dict[str, Series], control: dict[str, Series] | None) -> bytes:
+    """The learning as it happens: held-out pass@1 per weight version, beside
+    the training reward (version k is published by learner step k), for this
+    run and the control."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
-    # the learning as it happens: held-out pass@1 per weight version, beside the training reward
-    # (version k is published by learner step k), for this run and the control
     drawn = 0
     for label, c, style in (("this run", curves, "-"), ("control", control or {}, "--")):
         ev = c.get("eval", {})
@@ -118,9 +141,10 @@ def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -
         _empty(ax, "evaluation")
     ax.set(title="Held-out pass@1 (+- 1 standard error) beside the training reward", xlabel="weight version",
            ylabel="pass@1, mean reward")  # fmt: skip
-    out["pass1"] = _png(fig)
-    plt.close(fig)
+    return _done(plt, fig)
 
+
+def _failures(plt: Any, curves: dict[str, Series], t0: float) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     by_reason: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for s in curves.values():
@@ -137,19 +161,20 @@ def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -
         ax.step(xs, ys, where="post", label=why)
     ax.set(title="Rollout failures by reason (cumulative)", xlabel="minutes", ylabel="episodes")
     ax.legend(fontsize=7) if by_reason else _empty(ax, "failed episode")
-    out["failures"] = _png(fig)
-    plt.close(fig)
+    return _done(plt, fig)
 
+
+def _throughput(plt: Any, curves: dict[str, Series], t0: float) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax2 = ax.twinx()
     drawn = 0
     for name, s in curves.items():
         if "rollout/episodes_per_s" in s:
-            line(ax, s["rollout/episodes_per_s"], f"{name} episodes/s")
+            _line(ax, s["rollout/episodes_per_s"], t0, f"{name} episodes/s")
             drawn += 1
         for tag in ("learner/tokens_per_s", "generator/tokens_per_s"):
             if tag in s:
-                line(ax2, s[tag], f"{name} {tag.split('/')[0]} tokens/s", linestyle="--")
+                _line(ax2, s[tag], t0, f"{name} {tag.split('/')[0]} tokens/s", linestyle="--")
                 drawn += 1
     ax.set(title="Throughput", xlabel="minutes", ylabel="episodes/s")
     ax2.set_ylabel("tokens/s (dashed)")
@@ -158,12 +183,13 @@ def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -
         ax.legend(handles=handles, fontsize=7)
     else:
         _empty(ax, "throughput")
-    out["throughput"] = _png(fig)
-    plt.close(fig)
+    return _done(plt, fig)
 
+
+def _learning(plt: Any, lc: Series) -> bytes:
+    """Could the steps teach anything: the groups with signal, and how far the weights moved."""
     fig, ax = plt.subplots(figsize=(7, 3.6))
     ax2 = ax.twinx()
-    lc = curves.get("learner", {})
     for tag, axis, label in (("learner/groups_with_signal", ax, "groups with reward variance (share)"),
                              ("learner/weight_change", ax2, "||w - w0|| / ||w0|| (dashed, log)")):  # fmt: skip
         if tag in lc:
@@ -176,9 +202,10 @@ def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -
     ax2.set_ylabel("relative weight change")
     handles = ax.get_legend_handles_labels()[0] + ax2.get_legend_handles_labels()[0]
     ax.legend(handles=handles, fontsize=7) if handles else _empty(ax, "learner step")
-    out["learning"] = _png(fig)
-    plt.close(fig)
+    return _done(plt, fig)
 
+
+def _policy(plt: Any, lc: Series) -> bytes:
     fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
     for ax, (tag, title) in zip(axes, POLICY_CURVES, strict=True):
         if tag in lc:
@@ -187,21 +214,23 @@ def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -
             _empty(ax, "learner step")
         ax.set(title=title, xlabel="learner step")
     fig.tight_layout()
-    out["policy"] = _png(fig)
-    plt.close(fig)
+    return _done(plt, fig)
 
+
+def _agent(plt: Any, curves: dict[str, Series], t0: float) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     drawn = 0
     for name, s in curves.items():
         for tag, label, style in AGENT_CURVES:
             if tag in s:
-                line(ax, s[tag], f"{name} {label}", linestyle=style)
+                _line(ax, s[tag], t0, f"{name} {label}", linestyle=style)
                 drawn += 1
     ax.set(title="What the agent does with its turns", xlabel="minutes", ylabel="share of episodes", ylim=(-0.02, 1.02))
     ax.legend(fontsize=7) if drawn else _empty(ax, "rollout batch")
-    out["agent"] = _png(fig)
-    plt.close(fig)
+    return _done(plt, fig)
 
+
+def _control(plt: Any, curves: dict[str, Series], control: dict[str, Series] | None) -> bytes:
     fig, ax = plt.subplots(figsize=(7, 3.6))
     drawn = 0
     for label, c in (("this run", curves), ("control", control or {})):
@@ -216,9 +245,7 @@ def plots(curves: dict[str, Series], control: dict[str, Series] | None = None) -
         ax.legend(fontsize=7)
     elif control is not None:
         _empty(ax, "learner step")
-    out["control"] = _png(fig)
-    plt.close(fig)
-    return out
+    return _done(plt, fig)
 
 
 AGENT_CURVES = (("rollout/crash_share", "crash share", ":"), ("rollout/turn_2_share", "reached turn 2", "--"),

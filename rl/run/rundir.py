@@ -30,7 +30,9 @@ class RunDir(RunLayout):
         """Every task of `role` committed `done` (the count read afresh from
         run.toml: `sarl scale` changes it); False when the run has no such role."""
         rc = self.config().roles().get(role)
-        return rc is not None and all((read_json(self.state_path(role, t)) or {}).get("done") for t in range(rc.tasks))
+        if rc is None:
+            return False
+        return all((read_json(self.state_path(role, t)) or {}).get("done") for t in range(rc.workers))
 
     # --------------------------------------------------------------- config
     def config(self) -> Config:

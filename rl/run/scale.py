@@ -49,12 +49,12 @@ def scale(rd: RunDir, role: str, n: int, say: Callable[[str], None] = print, wai
             raise ConfigError(f"{role}: the run has no [{role}] section (it has {', '.join(frozen.roles())})")
         if role not in SCALABLE:
             raise ConfigError(f"{role}: only {' and '.join(SCALABLE)} can be scaled; {role} runs a fixed number")
-        old = frozen.roles()[role].tasks
+        old = frozen.roles()[role].workers
         raw = tomllib.loads(rd.config_path.read_text())
-        raw[role]["tasks"] = n
+        raw[role]["workers"] = n
         new = validate_config(raw, f"{role}={n}", cluster=frozen.executor.type, base_dir=rd.path)
         if n == old:
-            say(f"{role} already has {n} tasks")
+            say(f"{role} already has {n} workers")
             return []
         st = role_status(rd, role, max(old, n))
         if st.scheduler_error:
@@ -69,7 +69,7 @@ def scale(rd: RunDir, role: str, n: int, say: Callable[[str], None] = print, wai
                     write_json(rd.state_path(role, t), {**state, "done": False})
         atomic_write(rd.config_path, dump_toml(new))
         with open(rd.path / "config-history.jsonl", "a") as f:
-            entry = {"at": time.time(), "changed": [f"{role}.tasks"], "scale": {"role": role, "from": old, "to": n}}
+            entry = {"at": time.time(), "changed": [f"{role}.workers"], "scale": {"role": role, "from": old, "to": n}}
             f.write(json.dumps({**entry, "config": to_plain(new)}) + "\n")
         st = role_status(rd, role, n)
         todo = [t.task for t in st.detail if t.status != "DONE" and not t.live]
@@ -77,7 +77,7 @@ def scale(rd: RunDir, role: str, n: int, say: Callable[[str], None] = print, wai
         if todo:
             rec = submit_role(rd, new, role, todo)
             subs.append(Submitted(role, submission_label(rec), todo))
-    say(f"scaled {role} from {old} to {n} tasks" + (f"; cancelled tasks {stop}" if stop else ""))
+    say(f"scaled {role} from {old} to {n} workers" + (f"; cancelled tasks {stop}" if stop else ""))
     return subs
 
 

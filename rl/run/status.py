@@ -74,6 +74,8 @@ class RoleStatus:
 
 
 def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) -> RoleStatus:
+    """Each task of a role: its state, heartbeat and job as the scheduler
+    sees it, and why a failed one failed."""
     now = time.time() if now is None else now
     records = rd.submissions(role)
     out = RoleStatus(role=role, tasks=ntasks, job_ids=[submission_label(r) for r in records])
@@ -88,71 +90,85 @@ def role_status(rd: RunDir, role: str, ntasks: int, now: float | None = None) ->
         sstates = {}
         out.scheduler_error = f"Slurm did not answer ({e})"
     for task in range(ntasks):
-        state = read_json(rd.state_path(role, task)) or {}
-        beat = read_json(rd.heartbeat_path(role, task)) or {}
-        ts = TaskStatus(
-            task=task,
-            status="NOT_SUBMITTED",
-            progress=beat.get("progress", ""),
-            heartbeat_age_s=round(now - beat["at"], 1) if "at" in beat else None,
-            starts=len(state.get("starts", [])),
-            checkpoints=state.get("checkpoints", 0),
-        )
-        if beat.get("waiting"):
-            ts.progress = f"waiting {beat['waiting']}"
-        if task in latest:
-            rec, idx = latest[task]
-            if rec["executor"] == "slurm":
-                ts.job_id = rec["job_ids"][idx]
-                missing = {
-                    "state": "SUBMITTED",
-                    "detail": "SUBMITTED",
-                    "exit_code": "",
-                    "reason": "not yet visible in squeue/sacct",
-                    "node": "",
-                }
-                if out.scheduler_error:
-                    missing = {
-                        "state": "UNKNOWN",
-                        "detail": "UNKNOWN",
-                        "exit_code": "",
-                        "reason": out.scheduler_error,
-                        "node": "",
-                    }
-                sched = sstates.get(ts.job_id, missing)
-            else:
-                ts.job_id = f"pid {rec['job_ids'][idx]}"
-                sched = local_state(rd, rec, idx)
-            ts.status = sched["state"]
-            if ts.status == "SUBMITTED":
-                ts.status = "PENDING"
-            if ts.live:
-                if sched["reason"] not in ("", "None"):
-                    ts.reason = sched["reason"]
-            elif not state.get("done"):
-                job = ts.job_id if rec["executor"] == "slurm" else rec["job_ids"][idx]
-                why = [sched["detail"]]
-                if sched["exit_code"] not in ("", "0:0", "0"):
-                    why.append(f"exit {sched['exit_code']}")
-                if sched["reason"] not in ("", "None"):
-                    why.append(sched["reason"])
-                err = failure_text(rd, rec, job)
-                if err:
-                    why.append(err)
-                if ts.status == "COMPLETED":  # the job ended, the role did not finish
-                    ts.status = "FAILED"
-                    why.insert(0, "job completed without finishing the task")
-                ts.reason = "; ".join(w for w in why if w)
-        if state.get("done"):
-            ts.status = "DONE"
-            if state.get("ended_as"):  # how a task ended that its own process did not finish (given up, taken over)
-                ts.progress = state["ended_as"]
-        elif ts.failed:
-            stopped = given_up(rd, role, task)
-            if stopped:  # the watchers no longer start it (rl.run.recovery)
-                ts.reason = f"not restarted: {stopped}" + (f"; {ts.reason}" if ts.reason else "")
-        out.detail.append(ts)
+        out.detail.append(_task_status(rd, role, task, now, latest.get(task), sstates, out.scheduler_error))
     return out
+
+
+def _task_status(
+    rd: RunDir,
+    role: str,
+    task: int,
+    now: float,
+    submitted: tuple[dict[str, Any], int] | None,
+    sstates: dict[str, dict[str, str]],
+    scheduler_error: str,
+) -> TaskStatus:
+    state = read_json(rd.state_path(role, task)) or {}
+    beat = read_json(rd.heartbeat_path(role, task)) or {}
+    ts = TaskStatus(
+        task=task,
+        status="NOT_SUBMITTED",
+        progress=beat.get("progress", ""),
+        heartbeat_age_s=round(now - beat["at"], 1) if "at" in beat else None,
+        starts=len(state.get("starts", [])),
+        checkpoints=state.get("checkpoints", 0),
+    )
+    if beat.get("waiting"):
+        ts.progress = f"waiting {beat['waiting']}"
+    if submitted is not None:
+        _scheduled(ts, rd, state, submitted, sstates, scheduler_error)
+    if state.get("done"):
+        ts.status = "DONE"
+        if state.get("ended_as"):  # how a task ended that its own process did not finish (given up, taken over)
+            ts.progress = state["ended_as"]
+    elif ts.failed:
+        stopped = given_up(rd, role, task)
+        if stopped:  # the watchers no longer start it (rl.run.recovery)
+            ts.reason = f"not restarted: {stopped}" + (f"; {ts.reason}" if ts.reason else "")
+    return ts
+
+
+def _scheduled(
+    ts: TaskStatus,
+    rd: RunDir,
+    state: dict[str, Any],
+    submitted: tuple[dict[str, Any], int],
+    sstates: dict[str, dict[str, str]],
+    scheduler_error: str,
+) -> None:
+    """The task's job as its scheduler sees it; for a job that ended without
+    finishing the task, why."""
+    rec, idx = submitted
+    if rec["executor"] == "slurm":
+        ts.job_id = rec["job_ids"][idx]
+        missing = {"state": "SUBMITTED", "detail": "SUBMITTED", "exit_code": "",
+                   "reason": "not yet visible in squeue/sacct", "node": ""}  # fmt: skip
+        if scheduler_error:
+            missing = {"state": "UNKNOWN", "detail": "UNKNOWN", "exit_code": "", "reason": scheduler_error, "node": ""}
+        sched = sstates.get(ts.job_id, missing)
+    else:
+        ts.job_id = f"pid {rec['job_ids'][idx]}"
+        sched = local_state(rd, rec, idx)
+    ts.status = sched["state"]
+    if ts.status == "SUBMITTED":
+        ts.status = "PENDING"
+    if ts.live:
+        if sched["reason"] not in ("", "None"):
+            ts.reason = sched["reason"]
+    elif not state.get("done"):
+        job = ts.job_id if rec["executor"] == "slurm" else rec["job_ids"][idx]
+        why = [sched["detail"]]
+        if sched["exit_code"] not in ("", "0:0", "0"):
+            why.append(f"exit {sched['exit_code']}")
+        if sched["reason"] not in ("", "None"):
+            why.append(sched["reason"])
+        err = failure_text(rd, rec, job)
+        if err:
+            why.append(err)
+        if ts.status == "COMPLETED":  # the job ended, the role did not finish
+            ts.status = "FAILED"
+            why.insert(0, "job completed without finishing the task")
+        ts.reason = "; ".join(w for w in why if w)
 
 
 def store_damage(rd: RunDir) -> list[dict[str, str]]:
@@ -184,7 +200,7 @@ def run_status(rd: RunDir, store: bool = True, disk: bool = True) -> dict[str, A
     with `disk`, the run folder's disk use (a walk of the whole folder: not
     for a poll every second)."""
     cfg = rd.config()
-    roles = [role_status(rd, name, rc.tasks) for name, rc in cfg.roles().items()]
+    roles = [role_status(rd, name, rc.workers) for name, rc in cfg.roles().items()]
     from rl.run.disk import disk_use
     from rl.run.overview import overview
 

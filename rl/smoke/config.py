@@ -13,7 +13,7 @@ class SmokeRole(RoleConfig):
     exercises submission, status, preemption, requeue and resume on a cluster
     without any model."""
 
-    tasks: int = Field(8, ge=1, le=100_000)
+    workers: int = Field(8, ge=1, le=100_000)
     """Number of tasks in the smoke array."""
     steps: int = Field(10, ge=1)
     """Steps each task counts before it completes."""

@@ -16,8 +16,9 @@ import os
 from pathlib import Path
 
 from rl.layout import RunLayout
+from rl.store.cursor import Cursor
 from rl.store.given_up import GivenUp
-from rl.store.rollouts import BadRollout, Cursor, RolloutBatch, RolloutReader, RolloutWriter, Sample
+from rl.store.rollouts import BadRollout, RolloutBatch, RolloutReader, RolloutWriter, Sample
 from rl.store.weights import Published, UnknownVersion, WeightStore
 from rl.store.zgroup import CorruptData, Damage, StoreError
 

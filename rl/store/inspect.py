@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.store import Store
-from rl.store.rollouts import Cursor
+from rl.store.cursor import Cursor
 from rl.store.zgroup import Damage, StoreError, read_marker
 
 
@@ -35,6 +35,19 @@ def inspect(
     the caller's own `damaged`, such as unreadable checkpoints)."""
     store = Store(store_path)
     damage: list[Damage] = list(damaged or [])
+    weights = _weights(store, damage)
+    rollouts = _rollouts(store, cursor, checkpoint, damage)
+    return {
+        "store": str(store.path),
+        "weights": weights,
+        "rollouts": rollouts,
+        "damaged": [{"path": d.path, "reason": d.reason} for d in damage],
+    }
+
+
+def _weights(store: Store, damage: list[Damage]) -> dict[str, Any]:
+    """The published versions: how many, of which kind, their bytes; an
+    unreadable manifest goes to `damage`."""
     ws = store.weights
     versions = ws.versions()
     weights: dict[str, Any] = {"versions": len(versions), "pins": ws.pinned()}
@@ -60,7 +73,12 @@ def inspect(
             latest_tensors=len(latest["tensors"]) if latest else 0,
             latest_written=sum(e["stored_in"] == versions[-1] for e in latest["tensors"].values()) if latest else 0,
         )
+    return weights
 
+
+def _rollouts(store: Store, cursor: Cursor | None, checkpoint: str | None, damage: list[Damage]) -> dict[str, Any]:
+    """The committed batches, what they hold, and how many `cursor` has
+    consumed; a damaged batch goes to `damage`."""
     reader = store.reader()
     keys = reader.committed()
     damage += reader.damaged
@@ -79,7 +97,7 @@ def inspect(
                 leftovers += [f"{wdir.name}/{p.name}" for p in wdir.iterdir() if p.name.startswith(".")]
     consumed = sum(1 for k in keys if cursor is not None and k in cursor)
     files, size = _tree(folder) if folder.is_dir() else (0, 0)
-    rollouts = {
+    return {
         "writers": len(per_writer),
         "batches": len(keys),
         "samples": samples,
@@ -91,12 +109,6 @@ def inspect(
         "checkpoint": checkpoint,
         "uncommitted_leftovers": leftovers,
         "given_up_groups": len(store.given_up.groups()),
-    }
-    return {
-        "store": str(store.path),
-        "weights": weights,
-        "rollouts": rollouts,
-        "damaged": [{"path": d.path, "reason": d.reason} for d in damage],
     }
 
 

@@ -138,22 +138,13 @@ def _apptainer_def(dockerfile: Path) -> str:
         return ""
 
 
-def import_harbor(folder: str | Path) -> Task:
-    """One Harbor task directory as a task; a TaskError naming the file (and
-    line) of anything that cannot be used."""
-    d = Path(folder)
-    for need in ("instruction.md", "task.toml", "environment/Dockerfile", "tests/test.sh"):
-        if not (d / need).is_file():
-            raise TaskError(f"{d}: not a Harbor task directory: {need} is missing")
-    try:
-        meta = tomllib.loads((d / "task.toml").read_text())
-    except tomllib.TOMLDecodeError as e:
-        raise TaskError(f"{d / 'task.toml'}: not valid TOML: {e}") from None
-    dockerfile = d / "environment" / "Dockerfile"
-    workdir, copies = _dockerfile(dockerfile)
-    context = _read_tree(d / "environment", "environment/")
+def _copied(dockerfile: Path, workdir: str, copies: list[tuple[str, str]], context: dict[str, str]) -> dict[str, str]:
+    """The files the Dockerfile's COPY lines put under its WORKDIR, by path
+    relative to it, with the image's paths rewritten to the sandbox's.
+    Docker's rules: a folder's contents go into dest; a file to dest, or into
+    dest/."""
     files: dict[str, str] = {}
-    for src, dest in copies:  # Docker's rules: a folder's contents go into dest; a file to dest, or into dest/
+    for src, dest in copies:
         rel = dest[len(workdir.rstrip("/")) :].strip("/")
         src = src.strip("/") if src not in (".", "./") else "."
         inside = {p: c for p, c in context.items() if src == "." or p.startswith(src + "/")}
@@ -169,6 +160,23 @@ def import_harbor(folder: str | Path) -> Task:
         else:
             raise TaskError(f"{dockerfile}: COPY {src}: no such file in environment/")
     files.pop("Dockerfile", None)
+    return files
+
+
+def import_harbor(folder: str | Path) -> Task:
+    """One Harbor task directory as a task; a TaskError naming the file (and
+    line) of anything that cannot be used."""
+    d = Path(folder)
+    for need in ("instruction.md", "task.toml", "environment/Dockerfile", "tests/test.sh"):
+        if not (d / need).is_file():
+            raise TaskError(f"{d}: not a Harbor task directory: {need} is missing")
+    try:
+        meta = tomllib.loads((d / "task.toml").read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise TaskError(f"{d / 'task.toml'}: not valid TOML: {e}") from None
+    dockerfile = d / "environment" / "Dockerfile"
+    workdir, copies = _dockerfile(dockerfile)
+    files = _copied(dockerfile, workdir, copies, _read_tree(d / "environment", "environment/"))
     tests = {p: _rewrite(c, workdir) for p, c in _read_tree(d / "tests", "tests/").items()}
     solve = d / "solution" / "solve.sh"
     verifier = meta.get("verifier", {}) if isinstance(meta.get("verifier"), dict) else {}

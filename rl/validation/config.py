@@ -11,10 +11,10 @@ from rl.schema import RoleConfig
 
 class ValidationRole(RoleConfig):
     """Task validation as a job array: each array task validates every
-    `tasks`-th task of `tasks_file`; `sarl tasks report RUN_DIR` merges."""
+    `workers`-th task of `tasks_file`; `sarl tasks report RUN_DIR` merges."""
 
-    tasks: int = Field(4, ge=1, le=100_000)
-    """Number of array tasks (shards)."""
+    workers: int = Field(4, ge=1, le=100_000)
+    """Number of shards, each a task of the job array."""
     tasks_file: Path
     """JSONL task file to validate. A relative path is resolved against the
     directory `sarl submit` runs in."""

@@ -18,7 +18,7 @@ def run(ctx: RunContext, cfg: ValidationRole) -> dict[str, Any]:
     from rl.validation.report import validate
     from rl.verify.verifier import Verifier
 
-    shard = list(read_tasks(cfg.tasks_file))[ctx.task :: cfg.tasks]
+    shard = list(read_tasks(cfg.tasks_file))[ctx.task :: cfg.workers]
     ctx.save(shard=len(shard))
     reports: list[dict[str, Any]] = list(ctx.state.get("reports", []))
     done = {r["task_id"] for r in reports}

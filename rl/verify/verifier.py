@@ -45,16 +45,12 @@ from rl.tasks.format import Task
 from rl.verify.checks import aggregate, efficiency_score, final_state_score, static_score, tests_score
 from rl.verify.config import CHECKS, VerifyConfig
 from rl.verify.formats import verify_harbor, verify_node, verify_sql, verify_text
+from rl.verify.inside import NODE_MARKER, NODE_RUNNER, RUNNER, SQL_MARKER, SQL_RUNNER, runner_result
 from rl.verify.verdict import Verdict
 from sandboxes.config import Limits, SandboxConfig
 
 T = TypeVar("T")
 
-RUNNER = (Path(__file__).with_name("runner.py")).read_text()
-SQL_RUNNER = (Path(__file__).with_name("sql_runner.py")).read_text()
-SQL_MARKER = "@@SARL-SQL@@"
-NODE_RUNNER = (Path(__file__).with_name("node_runner.py")).read_text()
-NODE_MARKER = "@@SARL-NODE@@"
 LOST_RETRIES = 3
 """How many times a verification whose sandbox was dead before it began is run again on a fresh one."""
 RUNTIME_PROBES = {"node": ["node", "--version"]}
@@ -392,7 +388,7 @@ class Verifier:
             return {"error": f"sandbox failed: {e}"}
         if r.limit:
             return {"limit": r.limit, "error": f"limit hit: {r.limit}", "duration_s": r.duration_s}
-        result = _runner_result(r.stdout)
+        result = runner_result(r.stdout)
         if result is None:
             return {"error": "the test runner ended without a readable result", "duration_s": r.duration_s}
         result["duration_s"] = r.duration_s
@@ -434,22 +430,3 @@ def graded_workspace(task: Task, final: dict[str, str] | None) -> dict[str, str]
 
 def _is_test(path: str) -> bool:
     return path == "tests" or path.startswith("tests/")
-
-
-RESULT_MARKER = "@@SARL-VERIFY@@"
-"""Starts the runner's result line (rl/verify/runner.py escapes "@" inside
-the payload, so the marker occurs there once, at the start of the last line)."""
-
-
-def _runner_result(stdout: bytes) -> dict[str, Any] | None:
-    """The runner's result: the JSON after the marker on the last line of its
-    output, or None when there is none or it does not parse."""
-    lines = stdout.decode(errors="replace").rstrip("\n").rsplit("\n", 1)
-    last = lines[-1]
-    if not last.startswith(RESULT_MARKER):
-        return None
-    try:
-        result = json.loads(last[len(RESULT_MARKER) :])
-    except (ValueError, RecursionError):
-        return None
-    return result if isinstance(result, dict) else None
