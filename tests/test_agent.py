@@ -145,6 +145,7 @@ def test_multi_turn_episodes_train_on_exactly_the_sampled_ids(tok: Any, tmp_path
         assert np.array_equal(got.versions, row.versions) and np.array_equal(got.logprobs, row.logprobs)
 
 
+@pytest.mark.slow  # 14 s alone: out of the fast tier
 def test_a_hanging_solution_is_cut_by_the_episode_deadline(tok: Any) -> None:
     """A scripted policy (its replies are fixed; the sandbox, the run and the
     verifier are real) writes code that never returns."""

@@ -181,6 +181,7 @@ def test_nothing_the_policy_writes_changes_the_grading(what: str, files: dict[st
     assert good.passed and good.reward == 1.0, (what, good)
 
 
+@pytest.mark.slow  # 12 s alone: out of the fast tier
 def test_every_shipped_workspace_task_validates(tmp_path: Path) -> None:
     """Reference passes (three runs agree), the untouched files and the emptied
     fix fail, no duplicates: the 42 tasks of `sarl tasks generate --family workspace`."""
@@ -384,6 +385,7 @@ def test_an_sql_episode_explores_read_only_then_is_graded_on_the_rows_of_its_ans
         assert not verifier.verify(task, "SELECT 1; DROP TABLE customers").passed
 
 
+@pytest.mark.slow  # 32 s alone: out of the fast tier
 def test_every_shipped_sql_task_validates() -> None:
     """111 questions over 3 databases at 3 levels: the reference passes three
     times alike, no answer that knows nothing of the data passes, no duplicates."""
@@ -438,6 +440,7 @@ def test_hostile_javascript_earns_nothing_and_the_verifier_holds(body: str, why:
     assert not v.passed and v.reward == 0.0 and why in v.failure, v
 
 
+@pytest.mark.slow  # 12 s alone: out of the fast tier
 def test_every_shipped_javascript_task_validates_and_a_missing_runtime_is_named(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

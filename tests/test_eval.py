@@ -93,6 +93,7 @@ def test_two_task_files_of_one_name_and_two_ways_of_playing_keep_their_results_a
     assert others == {"held.t1-n8.1turn", "held.greedy.3turns", "held.t0.7-n1.2turns"}
 
 
+@pytest.mark.slow  # 50 s alone: out of the fast tier
 def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(workdir: Path, tiny_model: Path) -> None:
     """The tiny Llama (HF engine) on generated tasks: results per task and a
     summary, written in the run directory; the same figures through the

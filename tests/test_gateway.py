@@ -310,6 +310,7 @@ WEATHER = [
 ASK = 'Reply with exactly: <tool_call>{"name": "get_weather", "arguments": {"city": "Paris"}}</tool_call>'
 
 
+@pytest.mark.slow  # 20 s alone: out of the fast tier
 def test_smollm2_calls_a_tool_through_the_official_client_and_reads_its_result(smol: Live) -> None:
     messages: list[Any] = [{"role": "user", "content": ASK}]
     r = smol.client.chat.completions.create(model="m", messages=messages, tools=WEATHER, max_tokens=60, temperature=0)
@@ -337,6 +338,7 @@ def test_smollm2_calls_a_tool_through_the_official_client_and_reads_its_result(s
     assert none.choices[0].message.tool_calls is None  # no tools offered, none read
 
 
+@pytest.mark.slow  # 12 s alone: out of the fast tier
 def test_tool_choice_required_or_named_makes_the_reply_a_call_and_the_opening_is_not_trained(smol: Live) -> None:
     """A question that SmolLM2 answers in prose under `auto` is answered with
     a call under `required` and under a named function: the call's opening is

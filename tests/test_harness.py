@@ -189,6 +189,7 @@ time.sleep(1000)
 """
 
 
+@pytest.mark.slow  # 33 s alone: out of the fast tier
 def test_a_program_cut_by_its_deadline_after_waiting_for_a_generator_is_retried_not_scored(
     tmp_path: Path, tiny_model: Path
 ) -> None:

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import sarl, smoke_config, task_state, wait_for, write_config
 
 RECOVERY = {"enabled": True, "check_s": 1, "beat_s": 0.5, "hung_s": 5}
@@ -47,6 +48,7 @@ def _deaths(run: Path, task: int) -> list[dict[str, Any]]:
     return json.loads(path.read_text())["deaths"] if path.exists() else []
 
 
+@pytest.mark.slow  # 24 s alone: out of the fast tier
 def test_a_sigkilled_task_is_resubmitted_by_the_watcher_and_finishes(workdir: Path) -> None:
     run = _start(workdir, steps=40, step_s=0.5)
     try:
@@ -66,6 +68,7 @@ def test_a_sigkilled_task_is_resubmitted_by_the_watcher_and_finishes(workdir: Pa
         sarl("cancel", str(run), cwd=workdir, check=False)
 
 
+@pytest.mark.slow  # 35 s alone: out of the fast tier
 def test_a_stopped_task_is_cancelled_as_hung_and_replaced(workdir: Path) -> None:
     run = _start(workdir, steps=40, step_s=0.5)
     try:
@@ -80,6 +83,7 @@ def test_a_stopped_task_is_cancelled_as_hung_and_replaced(workdir: Path) -> None
         sarl("cancel", str(run), cwd=workdir, check=False)
 
 
+@pytest.mark.slow  # 46 s alone: out of the fast tier
 def test_a_task_that_beats_but_makes_no_progress_is_cancelled_as_stalled_and_replaced(workdir: Path) -> None:
     """Task 1's loop deadlocks half-way at its first start (smoke.stall_tasks)
     while its beat thread goes on: the heartbeat stays fresh, its progress
@@ -103,6 +107,7 @@ def test_a_task_that_beats_but_makes_no_progress_is_cancelled_as_stalled_and_rep
         sarl("cancel", str(run), cwd=workdir, check=False)
 
 
+@pytest.mark.slow  # 64 s alone: out of the fast tier
 def test_a_crash_loop_is_given_up_after_max_restarts_with_the_reason_in_status(workdir: Path) -> None:
     """Task 1 raises half-way at every start (smoke.fail_tasks). With
     max_restarts = 2 it is started 3 times, then left down; `sarl status`

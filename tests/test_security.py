@@ -71,6 +71,7 @@ def verifier(request: pytest.FixtureRequest) -> Verifier:
         yield v
 
 
+@pytest.mark.slow  # 20 s alone: out of the fast tier
 def test_the_answer_key_is_out_of_reach(verifier: Verifier) -> None:
     v = verifier.verify(TASK0, ANSWER_KEY)
     assert v.reward == 0.0 and v.checks["tests"] == 0.0, v

@@ -36,6 +36,7 @@ def test_a_template_without_constants_has_no_fresh_instance() -> None:
     assert {template(t) for t in tasks} and fresh(tasks[0], 3, seed=1, avoid=tasks) == []
 
 
+@pytest.mark.slow  # 39 s alone: out of the fast tier
 def test_sets_and_band_write_leak_free_files_by_role(workdir: Path) -> None:
     sarl("tasks", "generate", "-n", "300", "--seed", "2", "-o", "g.jsonl", cwd=workdir)
     out = sarl("tasks", "sets", "g.jsonl", "--held-out", "0.3", "--new", "0.2", "--seed", "2", cwd=workdir)
@@ -69,6 +70,7 @@ def test_sets_and_band_write_leak_free_files_by_role(workdir: Path) -> None:
     assert report["instances"]["leaking_held_tasks"] == 0
 
 
+@pytest.mark.slow  # 29 s alone: out of the fast tier
 def test_band_refuses_a_measurement_that_keeps_nothing(workdir: Path) -> None:
     sarl("tasks", "generate", "-n", "120", "--seed", "2", "-o", "g.jsonl", cwd=workdir)
     sarl("tasks", "sets", "g.jsonl", "--held-out", "0.3", "--seed", "2", cwd=workdir)

@@ -8,12 +8,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
 from conftest import sarl
 
 from rl.tasks.families import FAMILIES
 from rl.tasks.format import Task, read_tasks
 
 
+@pytest.mark.slow  # 27 s alone: out of the fast tier
 def test_generated_tasks_pass_validation_and_are_deterministic_and_distinct(workdir: Path) -> None:
     n = 3 * len(FAMILIES) * 2  # two tasks of each family at each level
     sarl("tasks", "generate", "-n", str(n), "--seed", "5", "-o", "a.jsonl", cwd=workdir)
@@ -59,6 +61,7 @@ def _outputs(task: Task, body: list[str], inputs: list[object]) -> list[object]:
     return [fn(x) for x in inputs]  # type: ignore[operator]
 
 
+@pytest.mark.slow  # 34 s alone: out of the fast tier
 def test_composed_tasks_give_hundreds_of_templates_and_a_held_out_set_of_300_that_leaks_nothing(
     workdir: Path,
 ) -> None:
