@@ -113,14 +113,24 @@ class BwrapSandbox:
         head = _read_exact(fd, resident.HEADER.size)
         if head is None:
             err = self.proc.stderr.read().decode(errors="replace")[-2000:] if self.proc.stderr else ""
+            self._reap()
             raise SandboxDied(f"sandbox resident died{': ' + err if err else ''}")
         hlen, plen = resident.HEADER.unpack(head)
         body = _read_exact(fd, hlen + plen)
         if body is None:
+            self._reap()
             raise SandboxDied("sandbox resident died mid-reply")
         header = json.loads(body[:hlen])
         payload = body[hlen:]
         return header, payload
+
+    def _reap(self, timeout: float = 5.0) -> None:
+        """Wait for the process whose pipe just closed: it closes its pipes on
+        its way out, a moment before it exits, and until then `alive` would
+        still say True (a loaded machine showed that moment)."""
+        assert self.proc is not None
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=timeout)
 
     def _call(
         self, header: dict[str, Any], payload: bytes = b"", stream: bytes = b"", timeout: float | None = None
