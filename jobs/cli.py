@@ -23,7 +23,7 @@ GROUPS = (
     "jobs.cli_config",  # config show, config schema
     "jobs.cli_store",  # store inspect
     "jobs.cli_sandbox",  # sandbox run
-    "jobs.cli_tasks",  # tasks import, generate, split, validate, report, schema
+    "jobs.cli_tasks",  # tasks import, generate, traces, split, leaks, sets, band, validate, report, schema
     "jobs.cli_generate",  # generate
     "jobs.cli_serve",  # serve
     "jobs.cli_verify",  # verify

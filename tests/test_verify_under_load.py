@@ -22,8 +22,10 @@ HARBOR = Path(__file__).parent / "fixtures" / "harbor"
 
 
 def shipped_tasks() -> list[Task]:
-    """Every workspace, SQL and Node.js task sarl ships, the Harbor fixtures,
-    and function tasks of every generated family and of HumanEval."""
+    """Every hand-written workspace and Node.js task sarl ships, the SQL
+    tasks of the hand-written databases and of one built from a domain, the
+    Harbor fixtures, and function tasks of every generated family and of
+    HumanEval."""
     from rl.tasks.harbor import import_harbor
     from rl.tasks.importers import import_humaneval
     from rl.tasks.node import node_tasks
@@ -33,7 +35,8 @@ def shipped_tasks() -> list[Task]:
 
     harbor = [import_harbor(HARBOR / n) for n in ("hello-file", "fix-csv-total", "word-count")]
     functions = synthesize("all", 40, seed=1) + import_humaneval()[:20]
-    return workspace_tasks() + sql_tasks(1) + node_tasks() + harbor + functions
+    sql = [t for t in sql_tasks(1) if t.metadata["family"] in ("sql-shop", "sql-school", "sql-library", "sql-clinic")]
+    return workspace_tasks() + sql + node_tasks() + harbor + functions
 
 
 def verdicts(tasks: list[Task]) -> dict[tuple[str, int], tuple[object, ...]]:

@@ -43,9 +43,34 @@ def _docstring_open(prompt: str) -> str:
     return prompt.replace('"""', "\n").replace("'''", "\n")
 
 
+def workspace_function(task: Task) -> str | None:
+    """A workspace task's function as its module shows it, from `def` to the
+    end of its docstring: what the task asks for, whatever the kind (fix,
+    implement, make-pass) says around it. None where the task names no
+    function (metadata `function`) or its module does not show it."""
+    name = task.metadata.get("function")
+    source = task.files.get(task.entry_point.replace(".", "/") + ".py")
+    if task.test_format != "workspace" or not name or source is None:
+        return None
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name), None)
+    if fn is None or ast.get_docstring(fn) is None:
+        return None
+    return "\n".join(source.splitlines()[fn.lineno - 1 : fn.body[0].end_lineno])
+
+
+def _function_name(task: Task) -> str:
+    """The name the template masks: a workspace's function, else the entry point."""
+    return str(task.metadata["function"]) if workspace_function(task) is not None else task.entry_point
+
+
 def description(task: Task) -> str:
-    """The prompt before its examples (what the task asks for)."""
-    text = _docstring_open(task.prompt)
+    """The prompt before its examples (what the task asks for); a workspace
+    task's, its function's docstring before its examples."""
+    text = _docstring_open(workspace_function(task) or task.prompt)
     cut = _EXAMPLES.search(text)
     return text[: cut.start()] if cut else text
 
@@ -57,8 +82,9 @@ def template(task: Task) -> str:
     text = description(task)
     if task.test_format == "text":
         text = text.split("Text:", 1)[0]
-    if task.entry_point:
-        text = re.sub(rf"\b{re.escape(task.entry_point)}\b", "<F>", text)
+    name = _function_name(task)
+    if name:
+        text = re.sub(rf"\b{re.escape(name)}\b", "<F>", text)
     text = _STRING.sub("<S>", text)
     text = _NUMBER.sub("<N>", text)
     return re.sub(r"\s+", " ", text).strip().lower()

@@ -22,6 +22,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rl.tasks.format import Task, TaskLimits
+from rl.tasks.sql_domains import DOMAINS
+from rl.tasks.sql_domains import script as domain_script
+from rl.tasks.sql_domains import templates as domain_templates
 from rl.tasks.sql_schemas import SCHEMAS
 
 
@@ -320,16 +323,25 @@ TRIVIAL: tuple[list[list[object]], ...] = ([], [[0]], [[1]], [[None]])
 """Results any lazy answer gets (no row, a constant): no task may have one."""
 
 
+def databases(seed: int) -> list[tuple[str, str, list[Template]]]:
+    """(schema, its SQL script drawn from `seed`, its templates) of every
+    database: the three hand-written ones, then rl.tasks.sql_domains'."""
+    out = [(name, make(random.Random(f"{seed}/{name}")), TEMPLATES[name]) for name, make in SCHEMAS.items()]
+    for d in DOMAINS:
+        made = [Template(*t) for t in domain_templates(d)]
+        out.append((d.name, domain_script(d, random.Random(f"{seed}/{d.name}")), made))
+    return out
+
+
 def sql_tasks(seed: int = 0, per_template: int = 4) -> list[Task]:
     """Up to `per_template` instances of every template over each schema's
     data (drawn from `seed`); instances whose answer is empty or a constant
     are left out."""
     out = []
-    for schema, make in SCHEMAS.items():
-        script = make(random.Random(f"{seed}/{schema}"))
+    for schema, script, templates in databases(seed):
         db = sqlite3.connect(":memory:")
         db.executescript(script)
-        for t in TEMPLATES[schema]:
+        for t in templates:
             picks = t.params(db)
             random.Random(f"{seed}/{schema}/{t.key}").shuffle(picks)
             n = 0

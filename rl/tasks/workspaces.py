@@ -302,8 +302,10 @@ def _hidden_tests(u: Unit, expected: list[str]) -> str:
     return f"def check(m):\n{lines}"
 
 
-def _failing_visible(u: Unit, body: str, expected: list[str]) -> int:
-    """The first visible call the planted body gets wrong."""
+def failing_visible(u: Unit, body: str) -> int:
+    """The first visible call the planted body gets wrong; ValueError if it
+    gets every one right."""
+    expected = _expected(u)
     ns: dict = {}
     exec(_source(u, body), ns)  # noqa: S102 (the project's own planted bug)
     for i, (args, want) in enumerate(zip(u.calls[: u.visible], expected, strict=False)):
@@ -315,55 +317,62 @@ def _failing_visible(u: Unit, body: str, expected: list[str]) -> int:
     raise ValueError(f"{u.package}.{u.module}: a planted bug passes every visible test")
 
 
-def workspace_tasks() -> list[Task]:
-    """Every unit in every kind: 3 x len(UNITS) tasks."""
+def build_tasks(u: Unit, source: str = "sarl-workspace", template_key: str = "", task_key: str = "") -> list[Task]:
+    """The unit's tasks: implement, and fix and make-pass where it has a bug.
+    `template_key` and `task_key` default to `workspace/PACKAGE.MODULE`."""
+    expected = _expected(u)
+    path = f"{u.package}/{u.module}.py"
+    test_path = f"tests/test_{u.module}.py"
     out = []
-    for u in UNITS:
-        expected = _expected(u)
-        path = f"{u.package}/{u.module}.py"
-        test_path = f"tests/test_{u.module}.py"
-        for kind in KINDS:
-            if kind == "implement":
-                body = "    raise NotImplementedError\n"
-                prompt = f"Implement `{u.func}` in `{path}` as its docstring says. The tests are in `{test_path}`."
-            elif kind == "fix":
-                body = u.bugs[0]
-                prompt = (
-                    f"`{u.func}` in `{path}` has a bug: some of the tests in `{test_path}` fail. "
-                    "Find it and fix the code so that the function does what its docstring says."
-                )
-            else:
-                body = u.bugs[-1]
-                failing = _failing_visible(u, body, expected)
-                prompt = (
-                    f"The test `test_{u.func}_{failing + 1}` in `{test_path}` fails. "
-                    f"Change `{path}` (not the test) so that it passes, keeping the docstring's behaviour."
-                )
-            if kind != "implement":
-                _failing_visible(u, body, expected)
-            files = {
-                f"{u.package}/__init__.py": "",
-                path: _source(u, body),
-                test_path: _visible_tests(u, expected),
-                "README.md": f"# {u.package}\n\nRun the tests: `python3 {test_path}`\n",
-            }
-            out.append(
-                Task(
-                    task_id=f"workspace/{u.package}.{u.module}/{kind}",
-                    prompt=prompt,
-                    entry_point=f"{u.package}.{u.module}",
-                    tests=_hidden_tests(u, expected),
-                    test_format="workspace",
-                    environment="workspace",
-                    reference=json.dumps({path: _source(u, u.body)}),
-                    files=files,
-                    limits=TaskLimits(wall_s=10.0, call_s=3.0),
-                    metadata={
-                        "source": "sarl-workspace",
-                        "family": f"workspace-{kind}",
-                        "template": f"workspace/{u.package}.{u.module}",
-                        "difficulty": min(3, u.difficulty + (kind == "implement")),
-                    },
-                )
+    for kind in KINDS if u.bugs else ("implement",):
+        if kind == "implement":
+            body = "    raise NotImplementedError\n"
+            prompt = f"Implement `{u.func}` in `{path}` as its docstring says. The tests are in `{test_path}`."
+        elif kind == "fix":
+            body = u.bugs[0]
+            failing_visible(u, body)
+            prompt = (
+                f"`{u.func}` in `{path}` has a bug: some of the tests in `{test_path}` fail. "
+                "Find it and fix the code so that the function does what its docstring says."
             )
+        else:
+            body = u.bugs[-1]
+            failing = failing_visible(u, body)
+            prompt = (
+                f"The test `test_{u.func}_{failing + 1}` in `{test_path}` fails. "
+                f"Change `{path}` (not the test) so that it passes, keeping the docstring's behaviour."
+            )
+        files = {
+            f"{u.package}/__init__.py": "",
+            path: _source(u, body),
+            test_path: _visible_tests(u, expected),
+            "README.md": f"# {u.package}\n\nRun the tests: `python3 {test_path}`\n",
+        }
+        out.append(
+            Task(
+                task_id=f"workspace/{task_key or f'{u.package}.{u.module}'}/{kind}",
+                prompt=prompt,
+                entry_point=f"{u.package}.{u.module}",
+                tests=_hidden_tests(u, expected),
+                test_format="workspace",
+                environment="workspace",
+                reference=json.dumps({path: _source(u, u.body)}),
+                files=files,
+                limits=TaskLimits(wall_s=10.0, call_s=3.0),
+                metadata={
+                    "source": source,
+                    "family": f"workspace-{kind}",
+                    "template": template_key or f"workspace/{u.package}.{u.module}",
+                    "function": u.func,
+                    "difficulty": min(3, u.difficulty + (kind == "implement")),
+                    # a wrong first version, for a repair trace (rl.tasks.traces)
+                    **({"first_attempt": _source(u, u.bugs[0])} if kind == "implement" and u.bugs else {}),
+                },
+            )
+        )
     return out
+
+
+def workspace_tasks() -> list[Task]:
+    """Every hand-written unit in every kind: 3 x len(UNITS) tasks."""
+    return [t for u in UNITS for t in build_tasks(u)]

@@ -1,0 +1,113 @@
+"""Tool traces from references: a correct trajectory of a tool task, in the
+episode's own format, for a warm start that teaches the tools.
+
+A trace is the policy's replies, one a turn, each a short sentence and a
+tool call in the one call format (rl.agent.tools: a JSON object between
+`<tool_call>` tags); the observations between them are not part of it:
+replaying the trace in the task's environment (rl.episodes.replay) makes
+them, so a trace is checked by the environment itself and must score 1.
+
+    SQL        run the reference query with `sql`, read its rows, `answer` it
+    workspace  read the module, run the visible tests, write the reference,
+               run the tests again, `submit`
+
+The `repair` variant takes a wrong step first and then repairs it:
+
+    SQL        a query on a column the table does not have (an error), then on
+               with the direct trace
+    workspace  an implement task only: write a first version that is wrong
+               (the function's planted bug, `first_attempt` in the task's
+               metadata), run the tests, see them fail, then the reference
+
+Which tasks get a repair trace is drawn from the task id (`repair_share`),
+so a file's traces are the same on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rl.tasks.format import Task
+
+KINDS = ("direct", "repair")
+TOOL_FORMATS = ("sql", "workspace")
+"""The test formats (environments) that have traces."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """One correct trajectory of a task: the policy's replies, in order."""
+
+    task_id: str
+    kind: Literal["direct", "repair"]
+    replies: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, object]:
+        return {"task_id": self.task_id, "kind": self.kind, "replies": self.replies}
+
+
+def call(name: str, **arguments: object) -> str:
+    """One tool call in the episode's format."""
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def _drawn(task_id: str, share: float) -> bool:
+    digest = hashlib.sha256(f"repair/{task_id}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") / 2**32 < share
+
+
+def traces(task: Task, repair_share: float = 0.3) -> list[Trace]:
+    """The direct trace of a tool task, and its repair trace where the task
+    has one and is drawn for it; [] for a task of another format."""
+    if task.test_format == "sql":
+        make = _sql
+    elif task.test_format == "workspace" and task.metadata.get("function"):
+        make = _workspace
+    else:
+        return []
+    out = [Trace(task.task_id, "direct", make(task, repair=False))]
+    can_repair = task.test_format == "sql" or "first_attempt" in task.metadata
+    if can_repair and _drawn(task.task_id, repair_share):
+        out.append(Trace(task.task_id, "repair", make(task, repair=True)))
+    return out
+
+
+def _sql(task: Task, repair: bool) -> list[str]:
+    query = task.reference.strip()
+    replies = []
+    if repair:
+        table = re.search(r"\bFROM\s+(\w+)", query, re.I)
+        wrong = f"SELECT missing_column FROM {table.group(1) if table else 'data'} LIMIT 5"
+        replies.append("Let me look at the data first.\n" + call("sql", query=wrong))
+        replies.append("That column does not exist; the schema above has the right names.\n" + call("sql", query=query))
+    else:
+        replies.append("Let me run a query for the question and check its rows.\n" + call("sql", query=query))
+    replies.append("The rows answer the question.\n" + call("answer", query=query))
+    return replies
+
+
+def _workspace(task: Task, repair: bool) -> list[str]:
+    [(path, fixed)] = json.loads(task.reference).items()
+    test = next(p for p in sorted(task.files) if p.startswith("tests/test_") and p.endswith(".py"))
+    run_tests = call("shell", command=f"python3 {test}")
+    replies = [
+        f"Let me read the module first.\n{call('read_file', path=path)}",
+        f"Now let me run the tests to see what fails.\n{run_tests}",
+    ]
+    if repair:
+        replies += [
+            "Let me write a first version.\n" + call("write_file", path=path, content=task.metadata["first_attempt"]),
+            f"Let me check it.\n{run_tests}",
+            "Some tests fail; let me rewrite it to do exactly what the docstring says.\n"
+            + call("write_file", path=path, content=fixed),
+        ]
+    else:
+        replies.append(
+            "I will write the function as its docstring says.\n" + call("write_file", path=path, content=fixed)
+        )
+    replies += [f"Let me run the tests again.\n{run_tests}", "The tests pass.\n" + call("submit")]
+    return replies

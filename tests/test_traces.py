@@ -1,0 +1,95 @@
+"""Tool traces (rl.tasks.traces): correct trajectories of SQL and workspace
+tasks built from their references, replayed in the task's own environment
+(rl.episodes.replay: the episode loop of rollouts, real sandboxes, the real
+verifier), and `sarl tasks traces`, which writes them only when every one
+scores 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import sarl
+
+from rl.episodes.replay import check_traces, replay
+from rl.tasks.format import read_tasks, write_tasks
+from rl.tasks.sql import sql_tasks
+from rl.tasks.traces import Trace, call, traces
+from rl.tasks.workspace_functions import function_workspaces
+from rl.tasks.workspaces import workspace_tasks
+from rl.verify.config import VerifyConfig
+from rl.verify.verifier import Verifier
+from sandboxes import open_sandbox
+
+
+def test_a_trace_is_the_episode_format_and_a_repair_takes_a_wrong_step_first() -> None:
+    sql = sql_tasks()[0]
+    [direct, repair] = traces(sql, repair_share=1.0)
+    assert direct.kind == "direct" and repair.kind == "repair" and len(repair.replies) == len(direct.replies) + 1
+    assert direct.replies[-1].endswith(call("answer", query=sql.reference))
+    assert "missing_column" in repair.replies[0]
+    impl = next(t for t in function_workspaces() if t.task_id.endswith("/implement") and "first_attempt" in t.metadata)
+    [_, fix_first] = traces(impl, repair_share=1.0)
+    [(path, fixed)] = json.loads(impl.reference).items()
+    writes = [json.loads(r.split("<tool_call>")[1].removesuffix("</tool_call>")) for r in fix_first.replies]
+    written = [w["arguments"]["content"] for w in writes if w["name"] == "write_file"]
+    assert written == [impl.metadata["first_attempt"], fixed] and writes[-1]["name"] == "submit"
+    fix = next(t for t in workspace_tasks() if t.task_id.endswith("/fix"))
+    assert [t.kind for t in traces(fix, repair_share=1.0)] == ["direct"]  # a fix task has no first attempt of its own
+    assert traces(sql.model_copy(update={"test_format": "humaneval"})) == []
+    # the share is drawn from the task id: the same on every machine, near the share asked
+    drawn = [len(traces(t, 0.3)) == 2 for t in sql_tasks()]
+    assert drawn == [len(traces(t, 0.3)) == 2 for t in sql_tasks()] and 0.2 < sum(drawn) / len(drawn) < 0.4
+
+
+def test_a_trace_with_a_call_in_the_wrong_format_scores_as_the_environment_says(tok: Any) -> None:
+    sql, ws = sql_tasks()[5], workspace_tasks()[0]
+    [good] = traces(sql, repair_share=0.0)
+    broken = '<tool_call>{"name": "answer", "arguments": {"query": </tool_call>'
+    bad_sql = Trace(sql.task_id, "direct", [good.replies[0], broken])
+    [ws_good] = traces(ws, repair_share=0.0)
+    bad_ws = Trace(ws.task_id, "direct", [*ws_good.replies[:-1], "Done, I think: submit()"])
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = replay(sql, bad_sql, tok, sb, verifier)
+        assert ep.tool_failures["malformed-call"] == 1 and ep.end == "max-turns" and ep.verdict.reward == 0.0
+        sb.reset()
+        ep = replay(ws, bad_ws, tok, sb, verifier)
+        assert ep.tool_failures["no-call"] == 1 and ep.end == "max-turns"
+    got = check_traces([(sql, good), (sql, bad_sql), (ws, ws_good), (ws, bad_ws)], tok)
+    assert [r.ok for r in got] == [True, False, True, False]
+    assert got[1].invalid_calls == 1 and got[1].reward == 0.0
+
+
+def test_sarl_tasks_traces_writes_nothing_when_a_trace_fails_and_refuses_a_file_without_tool_tasks(
+    workdir: Path,
+) -> None:
+    tasks = sql_tasks()[:6] + function_workspaces(functions=3)
+    write_tasks(workdir / "t.jsonl", tasks)
+    out = sarl("tasks", "traces", "t.jsonl", "--repair-share", "0.5", cwd=workdir)
+    lines = [json.loads(x) for x in (workdir / "t.traces.jsonl").read_text().splitlines()]
+    assert {x["task_id"] for x in lines} == {t.task_id for t in tasks} and "to reward 1" in out.stderr
+    assert {x["kind"] for x in lines} == {"direct", "repair"}
+    # a task whose hidden check disagrees with its reference: the trace fails, nothing is written
+    wrong = tasks[0].model_copy(update={"tests": json.dumps({"reference": "SELECT 1", "ordered": False})})
+    write_tasks(workdir / "w.jsonl", [wrong, *tasks[1:3]])
+    bad = sarl("tasks", "traces", "w.jsonl", "-o", "w.out.jsonl", cwd=workdir, check=False)
+    assert bad.returncode == 1 and wrong.task_id in bad.stderr and "nothing written" in bad.stderr
+    assert not (workdir / "w.out.jsonl").exists()
+    sarl("tasks", "generate", "-n", "3", "-o", "f.jsonl", cwd=workdir)
+    none = sarl("tasks", "traces", "f.jsonl", cwd=workdir, check=False)
+    assert none.returncode == 2 and "nothing to trace" in none.stderr
+    share = sarl("tasks", "traces", "t.jsonl", "--repair-share", "1.5", cwd=workdir, check=False)
+    assert share.returncode == 2 and "--repair-share 1.5" in share.stderr
+
+
+@pytest.mark.slow  # about 2 min: every shipped SQL and workspace task
+def test_every_shipped_trace_replays_to_reward_1(workdir: Path) -> None:
+    for family in ("sql", "workspace"):
+        sarl("tasks", "generate", "--family", family, "-o", f"{family}.jsonl", cwd=workdir)
+        out = sarl("tasks", "traces", f"{family}.jsonl", cwd=workdir)
+        lines = [json.loads(x) for x in (workdir / f"{family}.traces.jsonl").read_text().splitlines()]
+        tasks = list(read_tasks(workdir / f"{family}.jsonl"))
+        assert {x["task_id"] for x in lines} == {t.task_id for t in tasks}, out.stderr
+        assert sum(x["kind"] == "repair" for x in lines) >= 20
