@@ -135,10 +135,11 @@ def tool_traces(args: argparse.Namespace) -> int:
     if not pairs:
         raise ConfigError(f"{args.file}: no SQL task and no workspace task of a function: nothing to trace")
     from rl.episodes.replay import check_traces
-    from rl.model import ModelConfig, checkpoint, load_tokenizer
+    from rl.model import ModelConfig, checkpoint, load_tokenizer, tokenizer_fingerprint
 
     t0 = time.monotonic()
-    got = check_traces(pairs, load_tokenizer(checkpoint(ModelConfig(path=args.model))), parallel=args.parallel)
+    tokenizer = load_tokenizer(checkpoint(ModelConfig(path=args.model)))
+    got = check_traces(pairs, tokenizer, parallel=args.parallel)
     bad = [r for r in got if not r.ok]
     for r in bad:
         print(
@@ -150,10 +151,12 @@ def tool_traces(args: argparse.Namespace) -> int:
     out = args.output or args.file.with_name(
         args.file.name.removesuffix(".gz").removesuffix(".jsonl") + ".traces.jsonl"
     )
-    atomic_write(
-        out,
-        "".join(json.dumps({**tr.to_json(), "turns": r.turns}) + "\n" for (_, tr), r in zip(pairs, got, strict=True)),
-    )
+    fingerprint = tokenizer_fingerprint(tokenizer)
+    lines = [
+        {**tr.to_json(), "turns": r.turns, "tokenizer": fingerprint, "tokens": r.tokens, "loss_mask": r.loss_mask}
+        for (_, tr), r in zip(pairs, got, strict=True)
+    ]
+    atomic_write(out, "".join(json.dumps(line) + "\n" for line in lines))
     repairs = sum(tr.kind == "repair" for _, tr in pairs)
     print(
         f"wrote {len(pairs)} traces ({len(pairs) - repairs} direct, {repairs} with a repair) of "

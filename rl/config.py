@@ -445,6 +445,14 @@ def validate_config(
 
         if not any(t.reference.strip() for t in read_tasks(loss.tasks_file)):
             raise ConfigError(f"{source}: learner.loss.tasks_file: {loss.tasks_file} has no task with a reference")
+    if loss is not None and loss.type == "sft" and loss.traces_file is not None:
+        from rl.learner.trace_data import read_traces
+
+        loss.traces_file = _resolve_file(loss.traces_file, base, f"{source}: learner.loss.traces_file")
+        try:
+            read_traces(loss.traces_file)
+        except ValueError as e:
+            raise ConfigError(f"{source}: learner.loss.traces_file: {e}") from None
     if cfg.eval is not None:
         cfg.eval.tasks_file = _resolve_file(cfg.eval.tasks_file, base, f"{source}: eval.tasks_file")
         _check_tasks([cfg.eval.tasks_file], f"{source}: eval.tasks_file")
@@ -453,8 +461,8 @@ def validate_config(
 
 
 def _from_references(lc: LearnerRole) -> bool:
-    """SFT on reference solutions: the learner reads no rollouts."""
-    return lc.loss.type == "sft" and lc.loss.source == "references"
+    """SFT on reference solutions or tool traces: the learner reads no rollouts."""
+    return lc.loss.type == "sft" and lc.loss.source in ("references", "traces")
 
 
 def _resolve_file(path: Path, base: Path, where: str) -> Path:

@@ -149,6 +149,22 @@ def chat_ids(
     return [int(i) for i in ids]
 
 
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """What token ids made with this tokenizer and chat template can be told
+    by: its vocabulary size and the ids of a fixed conversation. Token ids
+    stored for training (tool traces) are refused by a learner whose
+    tokenizer has another."""
+    import hashlib
+
+    messages = [
+        {"role": "system", "content": "sarl fingerprint: Ünïcode, code `x = 1`, <tool_call>{}</tool_call>"},
+        {"role": "user", "content": "Run the tests.\n\tpython3 tests/test_x.py"},
+        {"role": "assistant", "content": "Done."},
+    ]
+    ids = chat_ids(tokenizer, messages, add_generation_prompt=False)
+    return f"{len(tokenizer)}-" + hashlib.sha256(" ".join(map(str, ids)).encode()).hexdigest()[:16]
+
+
 def stop_ids(tokenizer: Any) -> list[int]:
     """End-of-turn token ids of the model (its eos, and the chat template's end of message)."""
     out = {int(tokenizer.eos_token_id)} if tokenizer.eos_token_id is not None else set()

@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import sarl
+from conftest import sarl, wait_for, write_config
+from learner_runs import learner_config, learner_state
 
 from rl.episodes.replay import check_traces, replay
 from rl.tasks.format import read_tasks, write_tasks
@@ -93,3 +94,63 @@ def test_every_shipped_trace_replays_to_reward_1(workdir: Path) -> None:
         tasks = list(read_tasks(workdir / f"{family}.jsonl"))
         assert {x["task_id"] for x in lines} == {t.task_id for t in tasks}, out.stderr
         assert sum(x["kind"] == "repair" for x in lines) >= 20
+
+
+def _written_traces(workdir: Path, tasks: list[Any]) -> list[dict[str, Any]]:
+    write_tasks(workdir / "tools.jsonl", tasks)
+    sarl("tasks", "traces", "tools.jsonl", "--repair-share", "1", cwd=workdir)
+    return [json.loads(x) for x in (workdir / "tools.traces.jsonl").read_text().splitlines()]
+
+
+def test_the_warm_starts_loss_covers_only_the_policys_replies(workdir: Path, tok: Any) -> None:
+    """SFT on traces (rl.learner.trace_data) trains on exactly the trace's
+    replies, each with its end of turn, in the episode's tokens: never the
+    prompt, the tool protocol or a tool's result."""
+    from rl.learner.trace_data import Traces, read_traces
+
+    tasks = [sql_tasks()[3], next(t for t in function_workspaces(functions=8) if "first_attempt" in t.metadata)]
+    lines = _written_traces(workdir, tasks)
+    assert [x["kind"] for x in lines] == ["direct", "repair", "direct", "repair"]
+    data = Traces(workdir / "tools.traces.jsonl", tok, seed=0, max_tokens=16384)
+    samples = {(s.task_id, len(s.tokens)): s for s in data.step(0, 4)}
+    assert len(samples) == 4  # one pass: every trace once
+    for line in lines:
+        s = samples[(line["task_id"], len(line["tokens"]))]
+        mask = s.loss_mask.astype(bool)
+        trained = tok.decode(s.tokens[mask])
+        assert trained == "".join(r + "<|im_end|>" for r in line["replies"])  # the replies and nothing else
+        context = tok.decode(s.tokens[~mask])
+        assert "tool_call" in context and ("[sql]" in context or "PASS" in context)  # observations: context
+        assert not any(o in trained for o in ("[sql]", "PASS", "FAIL", "(1 row)"))
+    # another tokenizer's ids are refused, naming the file; so is a line that is not a trace
+    other = workdir / "other.jsonl"
+    other.write_text(json.dumps({**lines[0], "tokenizer": "49152-0000"}) + "\n")
+    with pytest.raises(ValueError, match="another tokenizer"):
+        Traces(other, tok, seed=0)
+    other.write_text(json.dumps({**lines[0], "loss_mask": lines[0]["loss_mask"][:-1]}) + "\n")
+    with pytest.raises(ValueError, match="other.jsonl:1: loss_mask"):
+        read_traces(other)
+
+
+@pytest.mark.slow
+def test_sft_on_tool_traces_lowers_their_loss_and_reads_no_rollouts(workdir: Path, tiny_model: Path) -> None:
+    from rl.store import Store
+
+    _written_traces(workdir, sql_tasks()[:2])
+    loss = {"type": "sft", "source": "traces", "traces_file": "tools.traces.jsonl"}
+    body = learner_config(tiny_model, 6, {"optimizer": {"lr": 1e-2}, "loss": loss})
+    sarl("submit", str(write_config(workdir, body)), cwd=workdir)
+    run = workdir / "runs" / "l"
+    try:
+        wait_for(lambda: learner_state(run).get("done"), 400, "the SFT learner")
+        state = learner_state(run)
+        assert state["step"] == 6 and state["batches"] == 0  # no rollout read
+        assert Store(run / "store.zarr").weights.latest() == 6
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+        acc = EventAccumulator(str(run / "tb" / "learner"), size_guidance={"scalars": 0})
+        acc.Reload()
+        losses = [e.value for e in acc.Scalars("learner/loss")]
+        assert len(losses) == 6 and losses[-1] < 0.9 * losses[0], losses  # the 4 traces each step
+    finally:
+        sarl("cancel", str(run), cwd=workdir, check=False)

@@ -38,6 +38,10 @@ class Replayed:
     invalid_calls: int
     failure: str
     """The verdict's failure, or why the replay did not end as the trace does."""
+    tokens: list[int]
+    """The episode's token ids, as a rollout stores them (rl.agent.tokens)."""
+    loss_mask: list[int]
+    """1 on the policy's tokens (the trace's replies), 0 on the prompt and observations."""
 
     @property
     def ok(self) -> bool:
@@ -84,6 +88,7 @@ def check_traces(
                 raise
             pool.give(sb)
             v = ep.verdict
+            arrays = ep.trajectory.arrays()
             why = (
                 "" if ep.turns == len(trace.replies) else f"ended at turn {ep.turns} of {len(trace.replies)} ({ep.end})"
             )
@@ -95,6 +100,8 @@ def check_traces(
                 ep.end,
                 sum(ep.tool_failures[w] for w in INVALID_CALLS),
                 why or (v.failure if v is not None and not v.passed else ""),
+                arrays["tokens"].tolist(),
+                arrays["loss_mask"].tolist(),
             )
 
         return list(ex.map(one, pairs))

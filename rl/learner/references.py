@@ -68,7 +68,38 @@ def repair_observation(task: Task) -> str | None:
     return describe(Outcome(loaded=True, examples=examples), has_code=True)
 
 
-class References:
+class Epochs:
+    """Fixed SFT data, taken in passes: step s takes `n` items in the order a
+    seeded shuffle of each pass fixes, so a step's data follows from the run
+    seed and the step alone."""
+
+    seed: int
+    _orders: dict[int, list[int]]
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def item(self, k: int, index: int) -> Sample:
+        """Item `k` as the `index`-th sample of the run."""
+        raise NotImplementedError
+
+    def _order(self, epoch: int) -> list[int]:
+        if epoch not in self._orders:
+            order = list(range(len(self)))
+            random.Random(f"{self.seed}/sft/{epoch}").shuffle(order)
+            self._orders[epoch] = order
+        return self._orders[epoch]
+
+    def step(self, step: int, n: int) -> list[Sample]:
+        """The `n` samples of learner step `step` (0-based)."""
+        out = []
+        for i in range(step * n, (step + 1) * n):
+            epoch, k = divmod(i, len(self))
+            out.append(self.item(self._order(epoch)[k], i))
+        return out
+
+
+class References(Epochs):
     def __init__(
         self, path: Any, tokenizer: Any, agent: AgentConfig, seed: int, max_tokens: int = 2048, repairs: float = 0.0
     ):
@@ -78,22 +109,13 @@ class References:
         self.tokenizer, self.agent, self.seed, self.max_tokens = tokenizer, agent, seed, max_tokens
         self.repairs = repairs
         """The share of samples given as a repair trace (where the task has one)."""
-        self._orders: dict[int, list[int]] = {}
+        self._orders = {}
 
-    def _order(self, epoch: int) -> list[int]:
-        if epoch not in self._orders:
-            order = list(range(len(self.tasks)))
-            random.Random(f"{self.seed}/sft/{epoch}").shuffle(order)
-            self._orders[epoch] = order
-        return self._orders[epoch]
+    def __len__(self) -> int:
+        return len(self.tasks)
 
-    def step(self, step: int, n: int) -> list[Sample]:
-        """The `n` samples of learner step `step` (0-based)."""
-        out = []
-        for i in range(step * n, (step + 1) * n):
-            epoch, k = divmod(i, len(self.tasks))
-            out.append(self.sample(self.tasks[self._order(epoch)[k]], i))
-        return out
+    def item(self, k: int, index: int) -> Sample:
+        return self.sample(self.tasks[k], index)
 
     def _reply(self, messages: list[dict[str, str]], prompt: list[int], text: str) -> list[int]:
         """The ids of assistant reply `text` after `prompt` (the chat template

@@ -25,7 +25,7 @@ from rl.learner import dist
 from rl.learner.checkpoints import LearnerCheckpoints
 from rl.learner.config import LearnerRole
 from rl.learner.data import Need, StepData, shuffled_rewards, take_step
-from rl.learner.references import References
+from rl.learner.references import Epochs, References
 from rl.store import Cursor, Sample, Store
 
 log = logging.getLogger("sarl.learner")
@@ -68,7 +68,7 @@ class Training:
         self.saved_step = -1
         self.applying = False
         self.trainer: Any = None
-        self.references: References | None = None
+        self.references: Epochs | None = None
         self.lead = True
         """Rank 0: the one that reads and writes the store and the run directory."""
         self.ended = ""
@@ -201,12 +201,17 @@ class Training:
         self._resume()
 
     # --------------------------------------------------------------- resume
-    def _references(self, model_path: Path) -> References | None:
+    def _references(self, model_path: Path) -> Epochs | None:
         loss = self.lc.loss
-        if loss.type != "sft" or loss.source != "references":
+        if loss.type != "sft" or loss.source == "passing":
             return None
         from rl.model import load_tokenizer
 
+        if loss.source == "traces":
+            from rl.learner.trace_data import Traces
+
+            assert loss.traces_file is not None  # the loss's validator: source = "traces" needs it
+            return Traces(loss.traces_file, load_tokenizer(model_path), self.ctx.seed)
         assert self.lc.agent is not None  # resolved by rl.config: the rollouts' agent, or the default
         return References(
             loss.tasks_file, load_tokenizer(model_path), self.lc.agent, self.ctx.seed, repairs=loss.repairs

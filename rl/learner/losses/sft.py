@@ -31,12 +31,18 @@ class SFT(LossBase):
     """Loss tag: `sft`."""
     unit: ClassVar[str] = "tokens"
     """What the loss averages over: a step of micro-batches is normalised by the same."""
-    source: Literal["passing", "references"] = "passing"
-    """What to train on: committed rollouts that passed, or the reference
-    solutions of `tasks_file`."""
+    source: Literal["passing", "references", "traces"] = "passing"
+    """What to train on: committed rollouts that passed, the reference
+    solutions of `tasks_file`, or the tool traces of `traces_file`."""
     tasks_file: Path | None = None
     """Tasks whose references `source = "references"` trains on (JSONL, as
     `sarl tasks validate` reads); relative to the config file."""
+    traces_file: Path | None = None
+    """`source = "traces"`: the tool traces to train on, as `sarl tasks
+    traces` writes them (each an episode's token ids and loss mask, replayed
+    to reward 1 in its environment; rl.learner.trace_data); relative to the
+    config file. Only the policy's replies are trained, never the prompt or
+    the tools' results. Made with the model's own tokenizer."""
     repairs: float = Field(0.0, ge=0.0, le=1.0)
     """`source = "references"`: the share of samples given as a repair trace
     where the task carries one (generated tasks do: `metadata.repair`): a
@@ -48,10 +54,12 @@ class SFT(LossBase):
     def _source(self) -> SFT:
         if self.source == "references" and self.tasks_file is None:
             raise ValueError("tasks_file: source = 'references' needs the task file whose references to train on")
-        if self.source == "passing" and self.tasks_file is not None:
+        if self.source != "references" and self.tasks_file is not None:
             raise ValueError("tasks_file: only source = 'references' reads a task file")
-        if self.source == "passing" and self.repairs:
+        if self.source != "references" and self.repairs:
             raise ValueError("repairs: only source = 'references' builds repair traces")
+        if (self.source == "traces") != (self.traces_file is not None):
+            raise ValueError("traces_file: source = 'traces' needs it, and only it reads one")
         return self
 
     def advantages(self, rewards: torch.Tensor, groups: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
