@@ -71,6 +71,12 @@ def _learn_options(b: argparse.ArgumentParser) -> None:
                    help="the folder the three runs go to (quickstart-sft, quickstart-rl, quickstart-rl-control), "
                    "none of them there yet; default DIR/runs")  # fmt: skip
     _learn_set_options(b)
+    b.add_argument("--env", default=None, metavar="KINDS",
+                   help="tool kinds instead of functions, comma-separated: sql,workspace. Each kind's tasks held "
+                   "out by whole units, a warm start on tool traces (examples/tools-sft.toml), RL and its control "
+                   "(examples/tools-rl.toml); valid calls, pass@1 and the end turn per kind and stage")  # fmt: skip
+    b.add_argument("--tool-candidates", type=int, default=48, metavar="N",
+                   help="--env: training tasks of each kind the warm start is measured on for B")  # fmt: skip
     b.add_argument("--samples", type=int, default=8, help="samples a task at T = 1 where sampled pass@1 is measured")
     b.add_argument("--band-samples", type=int, default=8, help="samples a candidate for the band's rate")
     b.add_argument("--temperatures", type=float, nargs="+", default=[1.0], metavar="T",

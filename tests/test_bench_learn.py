@@ -156,3 +156,43 @@ def test_tasks_with_signal_are_those_whose_samples_disagree() -> None:
     rows = [{"n": 4, "passed": k, "reward_mean": k / 4} for k in (0, 1, 3, 4)]
     assert with_signal(rows) == 2
     assert with_signal([*rows, {"n": 4, "passed": 0, "reward_mean": 0.4}], by="reward") == 3
+
+
+@pytest.mark.slow
+def test_bench_learn_quick_on_tool_kinds_runs_the_tool_chain_and_reports_each_kind(
+    workdir: Path, tiny_model: Path
+) -> None:
+    """`--env sql,workspace`: tasks held out by database and by template,
+    traces replayed and trained on, B by the warm start's rate, RL and its
+    control, then every stage on each kind's held-out tasks."""
+    out = sarl("bench", "learn", "--quick", "--json", "--env", "sql,workspace", "--dir", "t", "--runs", "r",
+               "--model", str(tiny_model), cwd=workdir, timeout=2400)  # fmt: skip
+    r = json.loads(out.stdout)
+    assert r["kinds"] == ["sql", "workspace"] and r["quick"] is True
+    for kind in ("sql", "workspace"):
+        assert r["leaks"][kind]["leaking_held_tasks"] == 0 and r["sets"][kind] == {"train": 4, "heldout": 4}
+        assert r["traces"][kind] >= 4  # every training task, some with a repair
+        assert r["band_measured"][kind]["candidates"] == 4
+        assert sorted(r["valid_calls"][kind]) == ["base", "control", "rl", "sft"]
+        assert all(v is None or 0.0 <= v <= 1.0 for v in r["valid_calls"][kind].values())
+        assert all(1.0 <= t <= 2.0 for t in r["end_turn"][kind].values())  # --quick: 2 turns at most
+        for name in ("sft_minus_base", "rl_minus_sft", "rl_minus_control"):
+            g = r["gains"][kind][name]
+            a, b = (r["evals"][kind]["greedy"][s]["pass@1"] for s in name.split("_minus_"))
+            assert g["se"] >= 0.0 and g["points"] == pytest.approx(100 * (a - b), abs=0.1)
+        assert list(r["evals"][kind]) == ["greedy"]  # --quick: the sampled evaluations are the same loop
+        assert [c["tasks"] for c in r["evals"][kind]["greedy"].values()] == [4, 4, 4, 4]
+    # held out whole: no database of the SQL held-out side is on the training side
+    databases = {side: {t.metadata["family"] for t in read_tasks(workdir / "t" / f"sql.{side}.jsonl")}
+                 for side in ("train", "heldout")}  # fmt: skip
+    assert databases["train"].isdisjoint(databases["heldout"])
+    # the warm start trained on traces; RL and the control trained from its export on B
+    sft = tomllib.loads((workdir / "r" / "tools-sft" / "run.toml").read_text())
+    assert sft["learner"]["loss"]["source"] == "traces"
+    for run in ("tools-rl", "tools-rl-control"):
+        frozen = tomllib.loads((workdir / "r" / run / "run.toml").read_text())
+        assert frozen["rollout"]["tasks_file"] == [str(workdir / "t" / "tools.B.jsonl")]
+        assert frozen["model"]["path"] == str(workdir / "r" / "tools-sft" / "model")
+    assert "valid calls / end turn" in (workdir / "t" / "learn.txt").read_text()
+    bad = sarl("bench", "learn", "--quick", "--env", "sql,poetry", "--dir", "u", cwd=workdir, check=False)
+    assert bad.returncode != 0 and "--env 'sql,poetry'" in bad.stderr and not (workdir / "u").exists()

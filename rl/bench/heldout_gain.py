@@ -68,7 +68,7 @@ FULL_EVAL = ["--max-tokens", "256", "--concurrency", "64"]
 QUICK_EVAL = ["--max-tokens", "16", "--backend", "hf"]
 
 
-class _Steps:
+class Steps:
     """Runs `sarl` commands in `work`, each one's output in logs/NN-name.txt."""
 
     def __init__(self, work: Path):
@@ -114,6 +114,10 @@ trained) and HumanEval (all 164; no run trains on them)."""
 
 
 def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
+    if getattr(args, "env", None):  # the tool kinds: rl.bench.tool_gain
+        from rl.bench.tool_gain import bench_tools
+
+        return bench_tools(args)
     t0 = time.perf_counter()
     c = _Chain.start(args)
     r: dict[str, Any] = {"quick": c.quick, "tasks_generated": c.n_tasks, "family": args.family,
@@ -162,7 +166,7 @@ class _Chain:
     args: Any
     work: Path
     runs: dict[str, Path]
-    sh: _Steps
+    sh: Steps
     temperature: float = 1.0
     """The temperature RL samples at, once measured (_choose_temperature)."""
 
@@ -179,7 +183,7 @@ class _Chain:
         if taken:
             raise SarlError(f"bench learn: {', '.join(taken)} exist; give another --runs or remove them")
         work.mkdir(parents=True)
-        return cls(args, work, runs, _Steps(work))
+        return cls(args, work, runs, Steps(work))
 
     @property
     def quick(self) -> bool:
@@ -279,7 +283,7 @@ def _choose_b(c: _Chain, temperature: dict[str, Any]) -> dict[str, int]:
         for name in SETS.values():
             lines = (c.work / name).read_text().splitlines()[:QUICK_KEEP]
             (c.work / name).write_text("\n".join(lines) + "\n")
-    return {name: _count(c.work / f) for name, f in
+    return {name: count_tasks(c.work / f) for name, f in
             (("A", "gen.A.jsonl"), ("B", "gen.B.jsonl"), ("B_fresh", "gen.B-fresh.jsonl"),
              ("U", "gen.U.jsonl"), ("humaneval", "humaneval.jsonl"))}  # fmt: skip
 
@@ -289,8 +293,8 @@ def _check_leaks(c: _Chain) -> dict[str, Any]:
     recall, so any leak stops the benchmark."""
     train = ["gen.A.jsonl", "gen.B.jsonl"]
     return {
-        "templates": _leaks(c.sh, "templates", [*train, "gen.U.jsonl"]),
-        "instances": {name: _leaks(c.sh, "instances", [*train, f]) for name, f in SETS.items()},
+        "templates": leak_counts(c.sh, "templates", [*train, "gen.U.jsonl"]),
+        "instances": {name: leak_counts(c.sh, "instances", [*train, f]) for name, f in SETS.items()},
     }
 
 
@@ -350,11 +354,11 @@ EVALUATED: dict[str, tuple[str, int | None]] = {
 EVAL_KEYS = ("tasks", "pass@1", "se@1", "reward_mean", "reward_se", "crash_share", "turn_2_share", "turn_2_fix_rate")
 
 
-def _count(path: Path) -> int:
+def count_tasks(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip())
 
 
-def _leaks(sh: _Steps, level: str, files: list[str]) -> dict[str, Any]:
+def leak_counts(sh: Steps, level: str, files: list[str]) -> dict[str, Any]:
     """`sarl tasks leaks FILES... --level LEVEL`: the counts (the report is in
     logs/); a leak stops the benchmark."""
     out = json.loads(sh(f"leaks-{level}-{Path(files[-1]).stem}", "tasks", "leaks", *files, "--level", level,
