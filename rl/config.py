@@ -437,27 +437,33 @@ def validate_config(
                     f"{source}: rollout.agent.harness: a harness program's calls are not held to one round's "
                     "version; use run.mode = 'async'"
                 )
-    loss = cfg.learner.loss if cfg.learner is not None else None
-    if loss is not None and loss.type == "sft" and loss.tasks_file is not None:
+    if cfg.learner is not None and cfg.learner.loss.type == "sft":
+        _check_sft_files(cfg.learner.loss, base, source)
+    if cfg.eval is not None:
+        cfg.eval.tasks_file = _resolve_file(cfg.eval.tasks_file, base, f"{source}: eval.tasks_file")
+        _check_tasks([cfg.eval.tasks_file], f"{source}: eval.tasks_file")
+        _check_held_out(cfg, source)
+    return cfg
+
+
+def _check_sft_files(loss: Any, base: Path, source: str) -> None:
+    """SFT's task file (references to train on) or traces file, resolved
+    against the config's folder and read before anything is submitted."""
+    if loss.tasks_file is not None:
         loss.tasks_file = _resolve_file(loss.tasks_file, base, f"{source}: learner.loss.tasks_file")
         _check_tasks([loss.tasks_file], f"{source}: learner.loss.tasks_file")
         from rl.tasks.format import read_tasks
 
         if not any(t.reference.strip() for t in read_tasks(loss.tasks_file)):
             raise ConfigError(f"{source}: learner.loss.tasks_file: {loss.tasks_file} has no task with a reference")
-    if loss is not None and loss.type == "sft" and loss.traces_file is not None:
-        from rl.learner.trace_data import read_traces
+    if loss.traces_file is not None:
+        from rl.tasks.traces import read_traces
 
         loss.traces_file = _resolve_file(loss.traces_file, base, f"{source}: learner.loss.traces_file")
         try:
             read_traces(loss.traces_file)
         except ValueError as e:
             raise ConfigError(f"{source}: learner.loss.traces_file: {e}") from None
-    if cfg.eval is not None:
-        cfg.eval.tasks_file = _resolve_file(cfg.eval.tasks_file, base, f"{source}: eval.tasks_file")
-        _check_tasks([cfg.eval.tasks_file], f"{source}: eval.tasks_file")
-        _check_held_out(cfg, source)
-    return cfg
 
 
 def _from_references(lc: LearnerRole) -> bool:

@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rl.bench.heldout_gain import EVAL_KEYS, EVALUATED, GAINS, STAGES, Steps, count_tasks, leak_counts
 from rl.bench.learn_report import paired_gain
+from rl.bench.learn_steps import EVAL_KEYS, EVALUATED, GAINS, STAGES, Steps, count_tasks, leak_counts
 from rl.errors import SarlError
 from rl.layout import RunLayout
 

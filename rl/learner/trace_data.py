@@ -13,7 +13,6 @@ Steps take the traces in passes (rl.learner.references.Epochs).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -22,30 +21,7 @@ import numpy as np
 from rl.learner.references import Epochs
 from rl.model import tokenizer_fingerprint
 from rl.store import Sample
-
-
-def read_traces(path: Path) -> list[dict[str, Any]]:
-    """The file's traces; ValueError naming the line of one that is not a
-    trace with as many mask values as tokens and some trained tokens."""
-    out = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            t = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-        for key, kind in (("task_id", str), ("tokenizer", str), ("tokens", list), ("loss_mask", list)):
-            if not isinstance(t, dict) or not isinstance(t.get(key), kind):
-                raise ValueError(
-                    f"{path}:{n}: {key}: missing or not a {kind.__name__} (write it with sarl tasks traces)"
-                )
-        if len(t["tokens"]) != len(t["loss_mask"]) or not any(t["loss_mask"]):
-            raise ValueError(f"{path}:{n}: loss_mask: as many values as tokens, some of them 1")
-        out.append(t)
-    if not out:
-        raise ValueError(f"{path}: no trace")
-    return out
+from rl.tasks.traces import read_traces
 
 
 class Traces(Epochs):

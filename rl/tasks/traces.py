@@ -29,7 +29,8 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass, field
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from rl.tasks.format import Task
 
@@ -111,3 +112,27 @@ def _workspace(task: Task, repair: bool) -> list[str]:
         )
     replies += [f"Let me run the tests again.\n{run_tests}", "The tests pass.\n" + call("submit")]
     return replies
+
+
+def read_traces(path: Path) -> list[dict[str, Any]]:
+    """The file's traces; ValueError naming the line of one that is not a
+    trace with as many mask values as tokens and some trained tokens."""
+    out = []
+    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            t = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
+        for key, kind in (("task_id", str), ("tokenizer", str), ("tokens", list), ("loss_mask", list)):
+            if not isinstance(t, dict) or not isinstance(t.get(key), kind):
+                raise ValueError(
+                    f"{path}:{n}: {key}: missing or not a {kind.__name__} (write it with sarl tasks traces)"
+                )
+        if len(t["tokens"]) != len(t["loss_mask"]) or not any(t["loss_mask"]):
+            raise ValueError(f"{path}:{n}: loss_mask: as many values as tokens, some of them 1")
+        out.append(t)
+    if not out:
+        raise ValueError(f"{path}: no trace")
+    return out

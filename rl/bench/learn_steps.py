@@ -1,0 +1,77 @@
+"""What both chains of `sarl bench learn` share (rl.bench.heldout_gain on
+functions, rl.bench.tool_gain on tool kinds): the runner of their `sarl`
+commands, the stages they evaluate and the differences they report."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from rl.errors import SarlError
+
+
+class Steps:
+    """Runs `sarl` commands in `work`, each one's output in logs/NN-name.txt."""
+
+    def __init__(self, work: Path):
+        self.work, self.n = work, 0
+        (work / "logs").mkdir(parents=True, exist_ok=True)
+        self.sarl = str(Path(sys.executable).with_name("sarl"))
+
+    def __call__(self, name: str, *args: str, ok: tuple[int, ...] = (0,)) -> str:
+        self.n += 1
+        log = self.work / "logs" / f"{self.n:02d}-{name}.txt"
+        print(f"bench learn: sarl {' '.join(args)}", file=sys.stderr, flush=True)
+        p = subprocess.run([self.sarl, *args], cwd=self.work, capture_output=True, text=True,
+                           env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        log.write_text(f"$ sarl {' '.join(args)}\n{p.stdout}\n--- stderr\n{p.stderr}")
+        if p.returncode not in ok:
+            tail = "\n".join((p.stderr.strip() or p.stdout.strip()).splitlines()[-15:])
+            raise SarlError(f"bench learn: `sarl {' '.join(args)}` failed ({log}):\n{tail}")
+        return p.stdout
+
+    def eval(
+        self, run: str, tasks: str, version: int | None, n: int, extra: list[str], temperature: float | None = None
+    ) -> dict[str, Any]:
+        """`sarl eval`: greedy when n = 1, else n samples a task at
+        `temperature` (default: T = 1, where sampled pass@1 is defined)."""
+        at = "0" if n == 1 else str(temperature or 1)
+        args = ["eval", run, "--tasks", tasks, "--temperature", at, "-n", str(n), "--json", *extra]
+        if version is not None:
+            args += ["--version", str(version)]
+        mode = "greedy" if n == 1 else f"n{n}" + (f"-t{temperature}" if temperature is not None else "")
+        return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}-{mode}", *args))
+
+
+STAGES = ("base", "sft", "rl", "control")
+"""What is evaluated: the base model, the SFT warm start, SFT + RL, and SFT +
+RL with each step's rewards shuffled among its samples (the control)."""
+GAINS = (("sft", "base"), ("rl", "sft"), ("rl", "control"))
+"""The paired differences reported: what the warm start gave, what RL gave
+on top of it, and what RL gave beyond the same updates on shuffled rewards."""
+EVALUATED: dict[str, tuple[str, int | None]] = {
+    "base": ("sft", 0),  # the SFT run's version 0: the base model
+    "sft": ("rl", 0),  # the RL run's version 0: the exported warm start it began from
+    "rl": ("rl", None),  # the newest version
+    "control": ("control", None),
+}
+EVAL_KEYS = ("tasks", "pass@1", "se@1", "reward_mean", "reward_se", "crash_share", "turn_2_share", "turn_2_fix_rate")
+
+
+def count_tasks(path: Path) -> int:
+    return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def leak_counts(sh: Steps, level: str, files: list[str]) -> dict[str, Any]:
+    """`sarl tasks leaks FILES... --level LEVEL`: the counts (the report is in
+    logs/); a leak stops the benchmark."""
+    out = json.loads(sh(f"leaks-{level}-{Path(files[-1]).stem}", "tasks", "leaks", *files, "--level", level,
+                        "--json", ok=(0, 1)))[level]  # fmt: skip
+    if out["leaking_held_tasks"]:
+        raise SarlError(f"bench learn: {out['leaking_held_tasks']} tasks of {files[-1]} leak ({level}) from "
+                        f"{' + '.join(files[:-1])}: see {sh.work / 'logs'}")  # fmt: skip
+    return {k: out[k] for k in ("train_tasks", "held_tasks", "leaking_held_tasks")}
