@@ -30,14 +30,23 @@ figures say nothing about learning).
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rl.bench.learn_report import paired_gain, report_lines
-from rl.bench.learn_steps import EVAL_KEYS, EVALUATED, GAINS, STAGES, Steps, count_tasks, leak_counts
+from rl.bench.learn_steps import (
+    EVAL_KEYS,
+    EVALUATED,
+    GAINS,
+    QUICK_SFT,
+    STAGES,
+    Steps,
+    count_tasks,
+    drop_weights,
+    leak_counts,
+)
 from rl.errors import SarlError
 from rl.layout import RunLayout
 
@@ -47,7 +56,6 @@ RL_CONFIG = REPO / "examples" / "quickstart-rl.toml"
 
 # --quick: every count small, the HF engine (it starts in a second, vLLM in 40)
 QUICK_TASKS, QUICK_HELD_OUT = 66, 0.5  # about 20 of the 39 kinds (family and level) on each side
-QUICK_SFT = ["learner.steps=2", "learner.samples_per_step=4", "learner.micro_batches=1", "learner.publish_every=1"]
 QUICK_RL = [
     "learner.steps=2",
     "learner.samples_per_step=4",
@@ -107,10 +115,7 @@ def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
     r["minutes"] = {k: round(v, 2) for k, v in minutes.items()}
     r["folder"], r["runs"] = str(c.work), {k: str(v) for k, v in c.runs.items()}
     if not args.keep:
-        for run in c.runs.values():  # the weights and checkpoints: GBs
-            shutil.rmtree(RunLayout(run).store_path, ignore_errors=True)
-            for step in RunLayout(run).checkpoints("learner").glob("step-*"):  # not the role state
-                shutil.rmtree(step, ignore_errors=True)
+        drop_weights(c.runs)
     lines = report_lines(r)
     (c.work / "learn.json").write_text(json.dumps(r, indent=1) + "\n")
     (c.work / "learn.txt").write_text("\n".join(lines) + "\n")

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 from rl.errors import SarlError
+from rl.layout import RunLayout
 
 
 class Steps:
@@ -75,3 +77,15 @@ def leak_counts(sh: Steps, level: str, files: list[str]) -> dict[str, Any]:
         raise SarlError(f"bench learn: {out['leaking_held_tasks']} tasks of {files[-1]} leak ({level}) from "
                         f"{' + '.join(files[:-1])}: see {sh.work / 'logs'}")  # fmt: skip
     return {k: out[k] for k in ("train_tasks", "held_tasks", "leaking_held_tasks")}
+
+
+QUICK_SFT = ["learner.steps=2", "learner.samples_per_step=4", "learner.micro_batches=1", "learner.publish_every=1"]
+"""--quick: the warm start's overrides, in both chains."""
+
+
+def drop_weights(runs: dict[str, Path]) -> None:
+    """The runs' weights and checkpoints (GBs), once measured; not the role state."""
+    for run in runs.values():
+        shutil.rmtree(RunLayout(run).store_path, ignore_errors=True)
+        for step in RunLayout(run).checkpoints("learner").glob("step-*"):
+            shutil.rmtree(step, ignore_errors=True)

@@ -27,15 +27,23 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from rl.bench.learn_report import paired_gain
-from rl.bench.learn_steps import EVAL_KEYS, EVALUATED, GAINS, STAGES, Steps, count_tasks, leak_counts
+from rl.bench.learn_steps import (
+    EVAL_KEYS,
+    EVALUATED,
+    GAINS,
+    QUICK_SFT,
+    STAGES,
+    Steps,
+    count_tasks,
+    drop_weights,
+    leak_counts,
+)
 from rl.errors import SarlError
-from rl.layout import RunLayout
 
 REPO = Path(__file__).resolve().parents[2]
 SFT_CONFIG = REPO / "examples" / "tools-sft.toml"
@@ -45,7 +53,6 @@ KINDS = {"sql": "family", "workspace": "template"}
 
 QUICK_KEEP = 4
 """--quick: tasks kept in each kind's training, candidate and held-out files."""
-QUICK_SFT = ["learner.steps=2", "learner.samples_per_step=4", "learner.micro_batches=1", "learner.publish_every=1"]
 QUICK_RL = [
     "learner.steps=2",
     "learner.samples_per_step=4",
@@ -106,10 +113,7 @@ def bench_tools(args: Any) -> tuple[dict[str, Any], list[str]]:
     r["minutes"] = {k: round(v, 2) for k, v in minutes.items()}
     r["folder"], r["runs"] = str(work), {k: str(v) for k, v in runs.items()}
     if not args.keep:
-        for run in runs.values():  # the weights and checkpoints
-            shutil.rmtree(RunLayout(run).store_path, ignore_errors=True)
-            for step in RunLayout(run).checkpoints("learner").glob("step-*"):
-                shutil.rmtree(step, ignore_errors=True)
+        drop_weights(runs)
     lines = report_lines(r)
     (work / "learn.json").write_text(json.dumps(r, indent=1) + "\n")
     (work / "learn.txt").write_text("\n".join(lines) + "\n")
