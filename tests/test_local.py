@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,8 @@ def _all_done(run: Path) -> bool:
 
 
 def test_smoke_array_completes_locally(workdir: Path) -> None:
-    run = _submit(workdir, smoke_config(workers=3, steps=4, step_s=0.2))
-    st = status(run)["roles"]["smoke"]
-    assert st["counts"]["done"] < 3  # submit returned before the work was done
+    run = _submit(workdir, smoke_config(workers=3, steps=4, step_s=1.0))
+    returned = time.time()  # each task needs 4 s of steps after it starts: submit must return first
     # `sarl logs -f` follows the tasks as they start and write, and ends once every one has ended
     followed = sarl("logs", str(run), "-f", "-n", "0", cwd=workdir, timeout=300)
     assert _all_done(run)
@@ -37,6 +37,7 @@ def test_smoke_array_completes_locally(workdir: Path) -> None:
         s = task_state(run, t)
         assert s["done"] and s["step"] == 4 and len(s["starts"]) == 1
         assert s["result"] == {"task": t, "steps": 4, "starts": 1}
+        assert s["updated_at"] > returned  # the task ended after submit returned
 
 
 def test_local_jobs_outlive_the_submitting_session(workdir: Path) -> None:
@@ -47,14 +48,18 @@ def test_local_jobs_outlive_the_submitting_session(workdir: Path) -> None:
 
 
 def test_local_cancel_then_resume_continues_from_state(workdir: Path) -> None:
-    run = _submit(workdir, smoke_config(workers=2, steps=40, step_s=0.2))
+    """Both tasks' first starts stall half-way (smoke.stall_tasks), so they
+    are still running when the cancel lands however slow the machine is; a
+    later start runs normally."""
+    body = smoke_config(workers=2, steps=20, step_s=0.1, smoke={"stall_tasks": [0, 1]})
+    run = _submit(workdir, body)
     wait_for(
         lambda: all(
-            os.path.exists(run / f"checkpoints/smoke/task-00000{t}.json") and task_state(run, t)["step"] >= 3
+            os.path.exists(run / f"checkpoints/smoke/task-00000{t}.json") and task_state(run, t)["step"] >= 10
             for t in range(2)
         ),
-        60,
-        "3 steps",
+        120,
+        "10 steps",
     )
     out = sarl("cancel", str(run), cwd=workdir)
     assert out.stdout.count("cancelled smoke") == 1
@@ -62,23 +67,24 @@ def test_local_cancel_then_resume_continues_from_state(workdir: Path) -> None:
     assert [t["status"] for t in st["detail"]] == ["CANCELLED", "CANCELLED"]
     assert all("sarl cancel" in t["reason"] for t in st["detail"])
     before = [task_state(run, t)["step"] for t in range(2)]
+    assert before == [10, 10]  # where each first start stalled
     out = sarl("resume", str(run), cwd=workdir)
     assert "Submitted smoke job" in out.stdout and "(2 tasks)" in out.stdout
     wait_for(lambda: _all_done(run), 60, "resumed tasks to finish")
     for t in range(2):
         s = task_state(run, t)
-        assert s["step"] == 40
-        assert [x["from"] for x in s["starts"]] == ["0/40 steps", f"{before[t]}/40 steps"]
+        assert s["step"] == 20
+        assert [x["from"] for x in s["starts"]] == ["0/20 steps", "10/20 steps"]
     # `sarl logs`: the two attempts ran as two jobs, each with its own files, each part under its attempt
     logs = sarl("logs", str(run), "smoke/1", "-n", "0", cwd=workdir).stdout
     parts = re.findall(r"^==> smoke/1 #(\d) \(job (\d+) on .*, from (.*)\) (stderr|stdout): (\S+) <==$", logs, re.M)
     assert [(n, s) for n, _, _, s, _ in parts] == [("1", "stderr"), ("1", "stdout"), ("2", "stderr"), ("2", "stdout")]
-    assert parts[0][2] == "0/40 steps" and parts[2][2] == f"{before[1]}/40 steps", logs
+    assert parts[0][2] == "0/20 steps" and parts[2][2] == "10/20 steps", logs
     assert parts[0][1] != parts[2][1] and len({f for *_, f in parts}) == 4  # two jobs, four files
 
 
 def test_local_array_parallelism_is_enforced(workdir: Path) -> None:
-    body = smoke_config(workers=4, steps=3, step_s=0.3, smoke={"job": {"array_parallelism": 2}})
+    body = smoke_config(workers=4, steps=3, step_s=1.0, smoke={"job": {"array_parallelism": 2}})
     run = _submit(workdir, body)
     wait_for(lambda: _all_done(run), 60, "4 tasks to finish")
     spans = [(task_state(run, t)["starts"][0]["at"], task_state(run, t)["updated_at"]) for t in range(4)]

@@ -571,10 +571,14 @@ def test_a_given_up_workers_share_is_played_by_another_worker_exactly_once(
         os.kill(generator, signal.SIGSTOP)  # worker 1 must not end before the kill lands
         try:
             planned = {int(g): t for g, t in task_state(run, 1, "rollout")["planned"].items()}
-            os.kill(_heartbeat(run, "rollout", 1)["pid"], signal.SIGKILL)
-            wait_for(lambda: (run / "recovery" / "rollout" / "share-000001.json").exists(), 60, "the hand-over")
+            one = _heartbeat(run, "rollout", 1)["pid"]
+            os.kill(one, signal.SIGKILL)
+            wait_for(lambda: not _alive(one), 60, "worker 1 to die")
         finally:
+            # The generator's task 0 watches the run too: worker 0 may have
+            # ended already, and then it is the watcher that hands over.
             os.kill(generator, signal.SIGCONT)
+        wait_for(lambda: (run / "recovery" / "rollout" / "share-000001.json").exists(), 120, "the hand-over")
         _run_to_end(workdir, run, workers=workers)
         assert _assert_exactly_once(run, store, groups, group_size=2, workers=workers) == set()
         assert json.loads((run / "recovery" / "rollout" / "share-000001.json").read_text())["to"] == 0
