@@ -122,13 +122,19 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
     assert not list((sft / "checkpoints" / "learner").glob("step-*"))
 
 
-def test_bench_learn_refuses_runs_that_exist_and_leaves_nothing(workdir: Path) -> None:
-    """A run folder already in --runs would be resumed, not measured: refused
-    before the folder of the sets is made."""
-    (workdir / "r" / "quickstart-rl").mkdir(parents=True)
-    p = sarl("bench", "learn", "--dir", "w", "--runs", "r", cwd=workdir, check=False)
-    assert p.returncode != 0 and f"{workdir / 'r' / 'quickstart-rl'} exist" in p.stderr, p.stderr
-    assert not (workdir / "w").exists() and sorted(x.name for x in (workdir / "r").iterdir()) == ["quickstart-rl"]
+@pytest.mark.parametrize(("env", "run"), [([], "quickstart-rl"), (["--env", "sql"], "tools-rl-control")])
+def test_bench_learn_refuses_runs_that_exist_and_leaves_nothing(workdir: Path, env: list[str], run: str) -> None:
+    """A run folder already in --runs would be resumed, not measured, and a
+    --dir that exists holds another measurement: each is refused before
+    anything is made, by both chains (functions, tool kinds)."""
+    (workdir / "r" / run).mkdir(parents=True)
+    p = sarl("bench", "learn", *env, "--dir", "w", "--runs", "r", cwd=workdir, check=False)
+    assert p.returncode != 0 and f"{workdir / 'r' / run} exist" in p.stderr, p.stderr
+    assert not (workdir / "w").exists() and sorted(x.name for x in (workdir / "r").iterdir()) == [run]
+    (workdir / "old").mkdir()
+    p = sarl("bench", "learn", *env, "--dir", "old", "--runs", "r2", cwd=workdir, check=False)
+    assert p.returncode != 0 and f"{workdir / 'old'} exists; give a new --dir" in p.stderr, p.stderr
+    assert not list((workdir / "old").iterdir()) and not (workdir / "r2").exists()
 
 
 @pytest.mark.parametrize(

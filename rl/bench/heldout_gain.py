@@ -45,6 +45,7 @@ from rl.bench.learn_steps import (
     Steps,
     count_tasks,
     drop_weights,
+    fresh_work,
     leak_counts,
 )
 from rl.errors import SarlError
@@ -140,14 +141,8 @@ class _Chain:
         not measured) before anything is made."""
         work = Path(args.dir or "bench-learn").resolve()
         _check_temperatures(args)
-        if work.exists():
-            raise SarlError(f"bench learn: {work} exists; give a new --dir")
         runs = _runs(Path(args.runs).resolve() if args.runs else work / "runs")
-        taken = [str(p) for p in runs.values() if p.exists()]
-        if taken:
-            raise SarlError(f"bench learn: {', '.join(taken)} exist; give another --runs or remove them")
-        work.mkdir(parents=True)
-        return cls(args, work, runs, Steps(work))
+        return cls(args, work, runs, fresh_work(work, runs))
 
     @property
     def quick(self) -> bool:

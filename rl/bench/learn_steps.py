@@ -64,6 +64,19 @@ EVALUATED: dict[str, tuple[str, int | None]] = {
 EVAL_KEYS = ("tasks", "pass@1", "se@1", "reward_mean", "reward_se", "crash_share", "turn_2_share", "turn_2_fix_rate")
 
 
+def fresh_work(work: Path, runs: dict[str, Path]) -> Steps:
+    """The benchmark's folder, made new: a --dir or a run that exists is
+    refused before anything is made (a run there would be resumed, not
+    measured)."""
+    if work.exists():
+        raise SarlError(f"bench learn: {work} exists; give a new --dir")
+    taken = [str(p) for p in runs.values() if p.exists()]
+    if taken:
+        raise SarlError(f"bench learn: {', '.join(taken)} exist; give another --runs or remove them")
+    work.mkdir(parents=True)
+    return Steps(work)
+
+
 def count_tasks(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip())
 

@@ -41,6 +41,7 @@ from rl.bench.learn_steps import (
     Steps,
     count_tasks,
     drop_weights,
+    fresh_work,
     leak_counts,
 )
 from rl.errors import SarlError
@@ -79,15 +80,9 @@ def bench_tools(args: Any) -> tuple[dict[str, Any], list[str]]:
     kinds = parse_kinds(args.env)
     quick = bool(args.quick)
     work = Path(args.dir or "bench-learn-tools").resolve()
-    if work.exists():
-        raise SarlError(f"bench learn: {work} exists; give a new --dir")
     root = Path(args.runs).resolve() if args.runs else work / "runs"
     runs = {"sft": root / "tools-sft", "rl": root / "tools-rl", "control": root / "tools-rl-control"}
-    taken = [str(p) for p in runs.values() if p.exists()]
-    if taken:
-        raise SarlError(f"bench learn: {', '.join(taken)} exist; give another --runs or remove them")
-    work.mkdir(parents=True)
-    sh = Steps(work)
+    sh = fresh_work(work, runs)
     submit = ["--cluster", "local", "--set", f"run.root={json.dumps(str(root))}"]
     t0, minutes = time.perf_counter(), {}
     r: dict[str, Any] = {
