@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import subprocess
 import tomllib
 from pathlib import Path
 
 import pytest
-from conftest import sarl
+from conftest import SARL, sarl, status, wait_for
 
 from rl.tasks.format import read_tasks
 from rl.tasks.leakage import template
@@ -120,6 +122,40 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
         assert (sft / "eval" / "v000000" / f"gen.B-fresh.{mode}" / "results.jsonl").is_file(), mode
     assert not (sft / "store.zarr").exists()  # weights dropped at the end unless --keep
     assert not list((sft / "checkpoints" / "learner").glob("step-*"))
+
+
+@pytest.mark.slow
+def test_a_terminated_bench_learn_cancels_the_run_it_waits_on(workdir: Path, tiny_model: Path) -> None:
+    """The runs are detached processes, so a bench that ends early (SIGTERM,
+    Ctrl-C) cancels the one it waits on: no role outlives the benchmark. The
+    warm start is given far more steps than it can take before the signal."""
+    cmd = [*SARL, "bench", "learn", "--quick", "--dir", "w", "--model", str(tiny_model),
+           "--sft-set", "learner.steps=100000", "--sft-set", "learner.publish_every=100000"]  # fmt: skip
+    bench = subprocess.Popen(cmd, cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = workdir / "w" / "runs" / "quickstart-sft"
+    try:
+        learner = wait_for(lambda: run.exists() and _live_learner(run), 600, "the warm start's learner")
+        bench.send_signal(signal.SIGTERM)
+        _, err = bench.communicate(timeout=300)
+    finally:
+        bench.kill()
+    assert bench.returncode != 0, err
+    detail = status(run)["roles"]["learner"]["detail"][0]
+    assert detail["status"] == "CANCELLED" and "sarl cancel" in detail["reason"], detail
+    wait_for(lambda: not _alive(learner), 60, "the learner to end")
+
+
+def _live_learner(run: Path) -> int | None:
+    """The pid of the run's learner once it runs (the local executor's job id)."""
+    detail = status(run)["roles"]["learner"]["detail"][0]
+    return int(detail["job_id"].split()[1]) if detail["status"] == "RUNNING" else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize(("env", "run"), [([], "quickstart-rl"), (["--env", "sql"], "tools-rl-control")])

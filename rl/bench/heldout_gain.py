@@ -186,8 +186,8 @@ def _warm_start(c: _Chain) -> None:
     if c.args.model:  # another base model than the built-in one
         sft_set += ["--set", f"model.path={json.dumps(str(Path(c.args.model).resolve()))}"]
     sft_set += [x for o in c.args.sft_set for x in ("--set", o)]  # the recipe under measurement
-    c.sh("submit-sft", "submit", str(SFT_CONFIG), *c.submit, *sft_set, "--set", 'learner.loss.tasks_file="gen.A.jsonl"')
-    c.sh("wait-sft", "status", str(c.runs["sft"]), "--wait")
+    c.sh.run_to_end("sft", c.runs["sft"], str(SFT_CONFIG), *c.submit, *sft_set,
+                    "--set", 'learner.loss.tasks_file="gen.A.jsonl"')  # fmt: skip
     c.sh("export", "export", str(c.runs["sft"]), "-o", str(c.runs["sft"] / "model"), "--json")
 
 
@@ -267,8 +267,7 @@ def _reinforce(c: _Chain, name: str) -> None:
     rl_set += [x for o in c.args.rl_set for x in ("--set", o)]
     if name == "control":
         rl_set += ["--set", 'run.name="quickstart-rl-control"', "--set", "learner.shuffle_rewards=true"]
-    c.sh(f"submit-{name}", "submit", str(RL_CONFIG), *c.submit, *rl_set)
-    c.sh(f"wait-{name}", "status", str(c.runs[name]), "--wait")
+    c.sh.run_to_end(name, c.runs[name], str(RL_CONFIG), *c.submit, *rl_set)
 
 
 def _evaluate(c: _Chain, turns: int) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -28,13 +28,30 @@ class Steps:
         self.n += 1
         log = self.work / "logs" / f"{self.n:02d}-{name}.txt"
         print(f"bench learn: sarl {' '.join(args)}", file=sys.stderr, flush=True)
-        p = subprocess.run([self.sarl, *args], cwd=self.work, capture_output=True, text=True,
-                           env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
-        log.write_text(f"$ sarl {' '.join(args)}\n{p.stdout}\n--- stderr\n{p.stderr}")
+        p = subprocess.Popen([self.sarl, *args], cwd=self.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        try:
+            stdout, stderr = p.communicate()
+        except BaseException:  # Ctrl-C or SIGTERM (SystemExit): the command ends as on its own
+            _end(p)  # SIGKILL would leave an evaluation's engine processes behind
+            raise
+        log.write_text(f"$ sarl {' '.join(args)}\n{stdout}\n--- stderr\n{stderr}")
         if p.returncode not in ok:
-            tail = "\n".join((p.stderr.strip() or p.stdout.strip()).splitlines()[-15:])
+            tail = "\n".join((stderr.strip() or stdout.strip()).splitlines()[-15:])
             raise SarlError(f"bench learn: `sarl {' '.join(args)}` failed ({log}):\n{tail}")
-        return p.stdout
+        return stdout
+
+    def run_to_end(self, name: str, run: Path, *submit: str) -> None:
+        """`sarl submit SUBMIT...`, then `sarl status RUN --wait`. The run's
+        roles are detached processes: if the wait does not end with the run
+        (Ctrl-C, SIGTERM, a failed task), the run is cancelled, so no role of
+        the benchmark outlives it."""
+        self(f"submit-{name}", "submit", *submit)
+        try:
+            self(f"wait-{name}", "status", str(run), "--wait")
+        except BaseException:
+            subprocess.run([self.sarl, "cancel", str(run)], cwd=self.work, capture_output=True, timeout=120)
+            raise
 
     def eval(
         self, run: str, tasks: str, version: int | None, n: int, extra: list[str], temperature: float | None = None
@@ -47,6 +64,17 @@ class Steps:
             args += ["--version", str(version)]
         mode = "greedy" if n == 1 else f"n{n}" + (f"-t{temperature}" if temperature is not None else "")
         return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}-{mode}", *args))
+
+
+def _end(p: subprocess.Popen[str], grace_s: float = 60.0) -> None:
+    """SIGTERM, which every `sarl` command takes as an exit (its engines and
+    sandboxes closed on the way out), then SIGKILL after `grace_s`."""
+    p.terminate()
+    try:
+        p.wait(grace_s)
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.wait()
 
 
 STAGES = ("base", "sft", "rl", "control")

@@ -153,8 +153,7 @@ def _warm_start(
         sft_set += ["--set", f"model.path={json.dumps(str(Path(args.model).resolve()))}"]
     sft_set += [x for o in args.sft_set for x in ("--set", o)]
     traces = json.dumps(str(sh.work / "tools.traces.jsonl"))
-    sh("submit-sft", "submit", str(SFT_CONFIG), *submit, *sft_set, "--set", f"learner.loss.traces_file={traces}")
-    sh("wait-sft", "status", str(runs["sft"]), "--wait")
+    sh.run_to_end("sft", runs["sft"], str(SFT_CONFIG), *submit, *sft_set, "--set", f"learner.loss.traces_file={traces}")
     sh("export", "export", str(runs["sft"]), "-o", str(runs["sft"] / "model"), "--json")
     return counts
 
@@ -190,8 +189,7 @@ def _reinforce(sh: Steps, name: str, runs: dict[str, Path], submit: list[str], a
     rl_set += [x for o in args.rl_set for x in ("--set", o)]
     if name == "control":
         rl_set += ["--set", 'run.name="tools-rl-control"', "--set", "learner.shuffle_rewards=true"]
-    sh(f"submit-{name}", "submit", str(RL_CONFIG), *submit, *rl_set)
-    sh(f"wait-{name}", "status", str(runs[name]), "--wait")
+    sh.run_to_end(name, runs[name], str(RL_CONFIG), *submit, *rl_set)
 
 
 def _full_eval(kind: str) -> list[str]:
