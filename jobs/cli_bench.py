@@ -105,6 +105,8 @@ def _learn_options(b: argparse.ArgumentParser) -> None:
     b.add_argument("--rl-set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a key of examples/quickstart-rl.toml, in the RL run and its control alike "
                    "(repeatable), e.g. rollout.agent.max_turns=2; evaluations play the RL run's max_turns")  # fmt: skip
+    # what each option is when not given: an option of one chain given to the other is refused
+    b.set_defaults(option_defaults=vars(b.parse_args([])))
 
 
 def _learn_set_options(b: argparse.ArgumentParser) -> None:

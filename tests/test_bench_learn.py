@@ -192,6 +192,27 @@ def test_bench_learn_refuses_a_temperature_it_cannot_measure_and_leaves_nothing(
     assert not (workdir / "w").exists()
 
 
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--env", "sql", "--fresh", "3", "--family", "text"], "--family, --fresh: options of the function chain"),
+        (["--env", "sql", "--evaluate-on", "instances"], "--evaluate-on: options of the function chain"),
+        (["--tool-candidates", "10"], "--tool-candidates is an option of --env"),
+        (["--env", "sql", "--temperatures", "0"], "--temperatures 0: greedy samples"),
+        (["--env", "sql", "--rl-set", "rollout.agent.temperature=0.5"], "give RL's temperature by --temperatures"),
+        (["--env", "sql,bash"], "--env 'sql,bash': tool kinds"),
+    ],
+)
+def test_bench_learn_refuses_an_option_of_the_other_chain_and_leaves_nothing(
+    workdir: Path, args: list[str], words: str
+) -> None:
+    """Each chain takes its own options: one of the other chain would be
+    silently ignored, so it is refused before anything is made."""
+    p = sarl("bench", "learn", "--dir", "w", *args, cwd=workdir, check=False)
+    assert p.returncode != 0 and words in p.stderr, p.stderr
+    assert not (workdir / "w").exists()
+
+
 def test_tasks_with_signal_are_those_whose_samples_disagree() -> None:
     from rl.tasks.roles import with_signal
 
@@ -210,9 +231,13 @@ def test_bench_learn_quick_on_tool_kinds_runs_the_tool_chain_and_reports_each_ki
     split (by template: tests/test_leakage.py) and traces (tests/test_traces.py);
     one kind keeps this test to a few minutes."""
     out = sarl("bench", "learn", "--quick", "--json", "--env", "sql", "--dir", "t", "--runs", "r",
-               "--model", str(tiny_model), cwd=workdir, timeout=2400)  # fmt: skip
+               "--temperatures", "0.7", "1.0", "--model", str(tiny_model), cwd=workdir, timeout=2400)  # fmt: skip
     r = json.loads(out.stdout)
     assert r["kinds"] == ["sql"] and r["quick"] is True
+    # the band measured at each temperature; RL and its control sample at the one chosen
+    assert sorted(r["temperature"]["measured"]) == ["0.7", "1.0"] and r["temperature"]["chosen"] in (0.7, 1.0)
+    for t, m in r["temperature"]["measured"].items():
+        assert 0 <= m["with_signal"] <= 4 and list(m["kinds"]) == ["sql"], (t, m)
     for kind in ("sql",):
         assert r["leaks"][kind]["leaking_held_tasks"] == 0 and r["sets"][kind] == {"train": 4, "heldout": 4}
         assert r["traces"][kind] >= 4  # every training task, some with a repair
@@ -237,6 +262,7 @@ def test_bench_learn_quick_on_tool_kinds_runs_the_tool_chain_and_reports_each_ki
         frozen = tomllib.loads((workdir / "r" / run / "run.toml").read_text())
         assert frozen["rollout"]["tasks_file"] == [str(workdir / "t" / "tools.B.jsonl")]
         assert frozen["model"]["path"] == str(workdir / "r" / "tools-sft" / "model")
+        assert frozen["rollout"]["agent"]["temperature"] == r["temperature"]["chosen"]
     assert "valid calls / end turn" in (workdir / "t" / "learn.txt").read_text()
     bad = sarl("bench", "learn", "--quick", "--env", "sql,poetry", "--dir", "u", cwd=workdir, check=False)
     assert bad.returncode != 0 and "--env 'sql,poetry'" in bad.stderr and not (workdir / "u").exists()

@@ -82,9 +82,10 @@ trained) and HumanEval (all 164; no run trains on them)."""
 
 
 def bench_learn(args: Any) -> tuple[dict[str, Any], list[str]]:
-    if getattr(args, "env", None):  # the tool kinds: rl.bench.tool_gain
-        from rl.bench.tool_gain import bench_tools
+    from rl.bench.tool_gain import bench_tools, check_options
 
+    check_options(args, args.option_defaults)
+    if args.env:  # the tool kinds: rl.bench.tool_gain
         return bench_tools(args)
     t0 = time.perf_counter()
     c = _Chain.start(args)
@@ -140,7 +141,7 @@ class _Chain:
         """Refuses a --dir or a run that exists (a run there would be resumed,
         not measured) before anything is made."""
         work = Path(args.dir or "bench-learn").resolve()
-        _check_temperatures(args)
+        check_temperatures(args)
         runs = _runs(Path(args.runs).resolve() if args.runs else work / "runs")
         return cls(args, work, runs, fresh_work(work, runs))
 
@@ -191,7 +192,7 @@ def _warm_start(c: _Chain) -> None:
     c.sh("export", "export", str(c.runs["sft"]), "-o", str(c.runs["sft"] / "model"), "--json")
 
 
-def _check_temperatures(args: Any) -> None:
+def check_temperatures(args: Any) -> None:
     """Before anything is made: temperatures that can sample, and none given
     to RL another way (the band is measured at the one RL samples at)."""
     from pydantic import TypeAdapter, ValidationError

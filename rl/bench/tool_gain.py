@@ -11,8 +11,9 @@ It plays the commands a user would type (each in `logs/NN-name.txt`):
    reward 1 in its environment), and the warm start on them
    (`examples/tools-sft.toml`, `source = "traces"`), then `sarl export`.
 3. RL's tasks by measurement: the warm start sampled `--band-samples` times
-   on `--tool-candidates` training tasks of each kind; those whose pass
-   rate is inside `--band` are B.
+   on `--tool-candidates` training tasks of each kind, at each of
+   `--temperatures`; RL samples at the one where the most candidates have
+   signal, and the candidates whose pass rate is inside `--band` there are B.
 4. RL from the warm start on B (`examples/tools-rl.toml`), and the same run
    with each step's rewards shuffled among its samples (the control).
 5. Every stage (base, warm start, RL, control) on each kind's held-out
@@ -76,8 +77,29 @@ def parse_kinds(text: str) -> list[str]:
     return list(dict.fromkeys(kinds))
 
 
+FUNCTION_ONLY = ("tasks", "family", "new", "candidates", "band_by", "fresh", "evaluate_on", "sampled_on")
+"""Options of the function chain (its generated sets by role) that --env has
+no use for: given with --env, they are refused, not ignored."""
+
+
+def check_options(args: Any, defaults: dict[str, Any]) -> None:
+    """Before anything is made: no option of the other chain. `defaults`:
+    each option's default, by its `dest`."""
+    if getattr(args, "env", None):
+        given = [d for d in FUNCTION_ONLY if getattr(args, d) != defaults[d]]
+        if given:
+            names = ", ".join("--" + d.replace("_", "-") for d in given)
+            raise SarlError(f"bench learn: {names}: options of the function chain; --env measures each kind's own "
+                            "held-out tasks (see --tool-candidates, --band, --samples)")  # fmt: skip
+    elif args.tool_candidates != defaults["tool_candidates"]:
+        raise SarlError("bench learn: --tool-candidates is an option of --env (tool kinds)")
+
+
 def bench_tools(args: Any) -> tuple[dict[str, Any], list[str]]:
+    from rl.bench.heldout_gain import check_temperatures
+
     kinds = parse_kinds(args.env)
+    check_temperatures(args)
     quick = bool(args.quick)
     work = Path(args.dir or "bench-learn-tools").resolve()
     root = Path(args.runs).resolve() if args.runs else work / "runs"
@@ -95,11 +117,11 @@ def bench_tools(args: Any) -> tuple[dict[str, Any], list[str]]:
     r["traces"] = _warm_start(sh, kinds, runs, submit, args, quick)
     minutes["sft"] = (time.perf_counter() - t0) / 60
     t = time.perf_counter()
-    r["band_measured"] = _choose_b(sh, kinds, runs, args, quick)
+    r["temperature"], r["band_measured"] = _choose_b(sh, kinds, runs, args, quick)
     minutes["band"] = (time.perf_counter() - t) / 60
     for name in ("rl", "control"):
         t = time.perf_counter()
-        _reinforce(sh, name, runs, submit, args, quick)
+        _reinforce(sh, name, runs, submit, args, quick, r["temperature"]["chosen"])
         minutes[name] = (time.perf_counter() - t) / 60
     t = time.perf_counter()
     r["evals"], r["gains"], r["valid_calls"], r["end_turn"] = _evaluate(sh, kinds, runs, r["samples"], quick)
@@ -158,34 +180,58 @@ def _warm_start(
     return counts
 
 
-def _choose_b(sh: Steps, kinds: list[str], runs: dict[str, Path], args: Any, quick: bool) -> dict[str, Any]:
+def _choose_b(
+    sh: Steps, kinds: list[str], runs: dict[str, Path], args: Any, quick: bool
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """B: the training tasks whose warm-start pass rate (sampled) is inside
-    the band, from a seeded draw of candidates of each kind."""
+    the band, from a seeded draw of candidates of each kind, at the
+    temperature of --temperatures where the most candidates have signal
+    (then the lower crash share). Returns the temperature's measurements
+    and choice, and each kind's candidates and B at it."""
     from rl.tasks.format import read_tasks, write_tasks
+    from rl.tasks.roles import with_signal
 
     low, high = (0.0, 1.0) if quick else args.band  # a quick run passes nothing: every candidate is kept
-    measured, chosen = {}, []
     for kind in kinds:
         tasks = list(read_tasks(sh.work / f"{kind}.train.jsonl"))
         random.Random(f"{args.seed}/candidates/{kind}").shuffle(tasks)
         write_tasks(sh.work / f"{kind}.candidates.jsonl", tasks[: QUICK_KEEP if quick else args.tool_candidates])
-        extra = QUICK_EVAL if quick else _full_eval(kind)
-        got = sh.eval(str(runs["sft"]), f"{kind}.candidates.jsonl", None, 2 if quick else args.band_samples, extra)
-        rows = [json.loads(x) for x in (Path(got["folder"]) / "results.jsonl").read_text().splitlines() if x]
-        rate = {row["task_id"]: row["passed"] / row["n"] for row in rows}
-        keep = [t for t in read_tasks(sh.work / f"{kind}.candidates.jsonl") if low <= rate[t.task_id] <= high]
-        measured[kind] = {"candidates": len(rows), "in_band": len(keep), "pass@1": got["pass@1"]}
+    rates: dict[float, dict[str, dict[str, float]]] = {}
+    measured: dict[str, dict[str, Any]] = {}
+    for t in args.temperatures:
+        rates[t], cells = {}, {}
+        for kind in kinds:
+            extra = QUICK_EVAL if quick else _full_eval(kind)
+            got = sh.eval(str(runs["sft"]), f"{kind}.candidates.jsonl", None, 2 if quick else args.band_samples,
+                          extra, temperature=t)  # fmt: skip
+            rows = [json.loads(x) for x in (Path(got["folder"]) / "results.jsonl").read_text().splitlines() if x]
+            rates[t][kind] = {row["task_id"]: row["passed"] / row["n"] for row in rows}
+            cells[kind] = {"pass@1": got["pass@1"], "crash_share": got["crash_share"] or 0.0,
+                           "with_signal": with_signal(rows), "folder": got["folder"]}  # fmt: skip
+        measured[str(t)] = {"with_signal": sum(c["with_signal"] for c in cells.values()),
+                            "crash_share": max(c["crash_share"] for c in cells.values()), "kinds": cells}  # fmt: skip
+    best = max(args.temperatures, key=lambda t: (measured[str(t)]["with_signal"], -measured[str(t)]["crash_share"]))
+    band, chosen = {}, []
+    for kind in kinds:
+        rate = rates[best][kind]
+        keep = [x for x in read_tasks(sh.work / f"{kind}.candidates.jsonl") if low <= rate[x.task_id] <= high]
+        band[kind] = {"candidates": len(rate), "in_band": len(keep),
+                      "pass@1": measured[str(best)]["kinds"][kind]["pass@1"]}  # fmt: skip
         chosen += keep
     if not chosen:
-        raise SarlError(f"bench learn: no candidate's warm-start pass rate is in [{low}, {high}]: no RL tasks")
+        raise SarlError(f"bench learn: no candidate's warm-start pass rate at T = {best} is in [{low}, {high}]: "
+                        "no RL tasks")  # fmt: skip
     write_tasks(sh.work / "tools.B.jsonl", chosen)
-    return measured
+    return {"chosen": float(best), "measured": measured}, band
 
 
-def _reinforce(sh: Steps, name: str, runs: dict[str, Path], submit: list[str], args: Any, quick: bool) -> None:
+def _reinforce(
+    sh: Steps, name: str, runs: dict[str, Path], submit: list[str], args: Any, quick: bool, temperature: float
+) -> None:
     rl_set = [x for o in (QUICK_RL if quick else []) for x in ("--set", o)]
     rl_set += ["--set", f"model.path={json.dumps(str(runs['sft'] / 'model'))}",
-               "--set", f"rollout.tasks_file=[{json.dumps(str(sh.work / 'tools.B.jsonl'))}]"]  # fmt: skip
+               "--set", f"rollout.tasks_file=[{json.dumps(str(sh.work / 'tools.B.jsonl'))}]",
+               "--set", f"rollout.agent.temperature={temperature}"]  # fmt: skip
     rl_set += [x for o in args.rl_set for x in ("--set", o)]
     if name == "control":
         rl_set += ["--set", 'run.name="tools-rl-control"', "--set", "learner.shuffle_rewards=true"]
@@ -247,7 +293,9 @@ def report_lines(r: dict[str, Any]) -> list[str]:
         ),  # fmt: skip
         "  traces: "
         + ", ".join(f"{k} {n}" for k, n in r["traces"].items())
-        + f"; B (warm-start rate in [{r['band'][0]}, {r['band'][1]}]): "
+        + f"; RL samples at T = {r['temperature']['chosen']} ("
+        + ", ".join(f"T = {t}: {x['with_signal']} with signal" for t, x in r["temperature"]["measured"].items())
+        + f"); B (warm-start rate in [{r['band'][0]}, {r['band'][1]}]): "
         + ", ".join(f"{k} {x['in_band']} of {x['candidates']}" for k, x in r["band_measured"].items()),
         f"  {'':<28}" + "".join(f"{s:>16}" for s in ("base", "warm start", "+ RL", "control")),
     ]
