@@ -23,6 +23,7 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -304,6 +305,7 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
     n, ks, agent, version = plan.n, sorted({k for k in plan.ks if k <= plan.n}) or [1], plan.agent, policy.version
     tokenizer = load_tokenizer(checkpoint(ctx.model))
     t0 = time.monotonic()
+    stopping = threading.Event()  # set on an error, ^C or SIGTERM: episodes in flight end at their next reply
     with (
         WarmPool(ctx.sandbox, size=min(plan.concurrency, 4)) as pool,
         Verifier(ctx.verify, sandbox=ctx.sandbox) as verifier,
@@ -311,6 +313,8 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
     ):
 
         def generate(prompt: list[int], params: Any) -> tuple[Any, int]:
+            if stopping.is_set():
+                raise EvalError("stopped")
             r = policy.client.generate([prompt], params)
             if r.version != version:
                 raise EvalError(f"a generator answered with version {r.version} while version {version} was evaluated")
@@ -338,7 +342,8 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
                 got = [f.result() for f in futures[t.task_id]]
                 passed, whys, turns, calls, rewards = (list(x) for x in zip(*got, strict=True))
                 results.append(task_result(t, passed, whys, turns, ks, calls, rewards))
-        except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played
+        except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played,
+            stopping.set()  # and those in flight end at their next reply instead of playing out
             ex.shutdown(wait=False, cancel_futures=True)
             raise
     return _write_results(ctx, plan, policy, results, ks, (time.monotonic() - t0) / 60)
