@@ -43,12 +43,12 @@ from rl.bench.learn_steps import (
     QUICK_SFT,
     STAGES,
     Steps,
+    check_temperatures,
     count_tasks,
     drop_weights,
     fresh_work,
     leak_counts,
 )
-from rl.errors import SarlError
 from rl.layout import RunLayout
 
 REPO = Path(__file__).resolve().parents[2]
@@ -190,25 +190,6 @@ def _warm_start(c: _Chain) -> None:
     c.sh.run_to_end("sft", c.runs["sft"], str(SFT_CONFIG), *c.submit, *sft_set,
                     "--set", 'learner.loss.tasks_file="gen.A.jsonl"')  # fmt: skip
     c.sh("export", "export", str(c.runs["sft"]), "-o", str(c.runs["sft"] / "model"), "--json")
-
-
-def check_temperatures(args: Any) -> None:
-    """Before anything is made: temperatures that can sample, and none given
-    to RL another way (the band is measured at the one RL samples at)."""
-    from pydantic import TypeAdapter, ValidationError
-
-    from rl.engine.config import Temperature
-
-    for t in args.temperatures:
-        try:
-            TypeAdapter(Temperature).validate_python(t)
-        except ValidationError as e:
-            raise SarlError(f"bench learn: --temperatures {t}: {e.errors()[0]['msg']}") from None
-        if t == 0:
-            raise SarlError("bench learn: --temperatures 0: greedy samples of a task all agree, so no group has signal")
-    if any(o.split("=", 1)[0].strip() == "rollout.agent.temperature" for o in args.rl_set):
-        raise SarlError("bench learn: give RL's temperature by --temperatures (the band is measured at it), "
-                        "not --rl-set rollout.agent.temperature")  # fmt: skip
 
 
 def _choose_temperature(c: _Chain) -> dict[str, Any]:

@@ -105,6 +105,25 @@ def fresh_work(work: Path, runs: dict[str, Path]) -> Steps:
     return Steps(work)
 
 
+def check_temperatures(args: Any) -> None:
+    """Before anything is made: temperatures that can sample, and none given
+    to RL another way (the band is measured at the one RL samples at)."""
+    from pydantic import TypeAdapter, ValidationError
+
+    from rl.engine.config import Temperature
+
+    for t in args.temperatures:
+        try:
+            TypeAdapter(Temperature).validate_python(t)
+        except ValidationError as e:
+            raise SarlError(f"bench learn: --temperatures {t}: {e.errors()[0]['msg']}") from None
+        if t == 0:
+            raise SarlError("bench learn: --temperatures 0: greedy samples of a task all agree, so no group has signal")
+    if any(o.split("=", 1)[0].strip() == "rollout.agent.temperature" for o in args.rl_set):
+        raise SarlError("bench learn: give RL's temperature by --temperatures (the band is measured at it), "
+                        "not --rl-set rollout.agent.temperature")  # fmt: skip
+
+
 def count_tasks(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip())
 

@@ -40,6 +40,7 @@ from rl.bench.learn_steps import (
     QUICK_SFT,
     STAGES,
     Steps,
+    check_temperatures,
     count_tasks,
     drop_weights,
     fresh_work,
@@ -96,8 +97,6 @@ def check_options(args: Any, defaults: dict[str, Any]) -> None:
 
 
 def bench_tools(args: Any) -> tuple[dict[str, Any], list[str]]:
-    from rl.bench.heldout_gain import check_temperatures
-
     kinds = parse_kinds(args.env)
     check_temperatures(args)
     quick = bool(args.quick)
