@@ -44,6 +44,7 @@ from rl.bench.learn_steps import (
     STAGES,
     Steps,
     check_temperatures,
+    chosen_temperature,
     count_tasks,
     drop_weights,
     fresh_work,
@@ -206,9 +207,8 @@ def _choose_temperature(c: _Chain) -> dict[str, Any]:
         results = [json.loads(line) for line in (Path(got["folder"]) / "results.jsonl").read_text().splitlines()]
         measured[str(t)] = {"pass@1": got["pass@1"], "crash_share": got["crash_share"], "tasks": got["tasks"],
                             "with_signal": with_signal(results, c.args.band_by), "folder": got["folder"]}  # fmt: skip
-    best = max(measured, key=lambda t: (measured[t]["with_signal"], -(measured[t]["crash_share"] or 0.0)))
-    c.temperature = float(best)
-    return {"chosen": float(best), "measured": measured}
+    c.temperature = chosen_temperature(measured)
+    return {"chosen": c.temperature, "measured": measured}
 
 
 def _choose_b(c: _Chain, temperature: dict[str, Any]) -> dict[str, int]:

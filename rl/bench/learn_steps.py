@@ -124,6 +124,12 @@ def check_temperatures(args: Any) -> None:
                         "not --rl-set rollout.agent.temperature")  # fmt: skip
 
 
+def chosen_temperature(measured: dict[str, dict[str, Any]]) -> float:
+    """RL's temperature, of those measured (by str(T)): the one where the
+    most candidates have signal, then the lower crash share."""
+    return float(max(measured, key=lambda t: (measured[t]["with_signal"], -(measured[t]["crash_share"] or 0.0))))
+
+
 def count_tasks(path: Path) -> int:
     return sum(1 for line in path.read_text().splitlines() if line.strip())
 

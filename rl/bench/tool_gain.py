@@ -41,6 +41,7 @@ from rl.bench.learn_steps import (
     STAGES,
     Steps,
     check_temperatures,
+    chosen_temperature,
     count_tasks,
     drop_weights,
     fresh_work,
@@ -209,7 +210,7 @@ def _choose_b(
                            "with_signal": with_signal(rows), "folder": got["folder"]}  # fmt: skip
         measured[str(t)] = {"with_signal": sum(c["with_signal"] for c in cells.values()),
                             "crash_share": max(c["crash_share"] for c in cells.values()), "kinds": cells}  # fmt: skip
-    best = max(args.temperatures, key=lambda t: (measured[str(t)]["with_signal"], -measured[str(t)]["crash_share"]))
+    best = chosen_temperature(measured)
     band, chosen = {}, []
     for kind in kinds:
         rate = rates[best][kind]
