@@ -12,6 +12,7 @@ import json
 import re
 import signal
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -145,6 +146,25 @@ def test_a_terminated_bench_learn_cancels_the_run_it_waits_on(workdir: Path, tin
         bench.kill()
         if (run / "run.toml").exists():  # a failed test leaves no learner of 100000 steps behind
             sarl("cancel", str(run), cwd=workdir, check=False)
+
+
+def test_an_ended_bench_command_takes_the_processes_it_started_with_it(tmp_path: Path) -> None:
+    """`sarl eval` starts vLLM engine processes; one that outlived its
+    command held cores and memory after the bench had ended. A real command
+    here starts a child that nothing but its group's end reaches (SIGTERM
+    goes to the command alone): once the command is ended, the child is gone
+    too."""
+    from rl.bench.learn_steps import _end, _start
+
+    pid_file = tmp_path / "child.pid"
+    child = "import time; time.sleep(600)"
+    parent = (f"import subprocess, sys, time; c = subprocess.Popen([sys.executable, '-c', {child!r}]); "
+              f"open({str(pid_file)!r}, 'w').write(str(c.pid)); time.sleep(600)")  # fmt: skip
+    p = _start([sys.executable, "-c", parent], tmp_path)
+    pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text(), 60, "the child's pid"))
+    _end(p, grace_s=2)
+    assert p.returncode == -signal.SIGTERM
+    wait_for(lambda: not _alive(pid), 30, "the child to end")
 
 
 def _live_learner(run: Path) -> int | None:

@@ -4,9 +4,11 @@ commands, the stages they evaluate and the differences they report."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -28,8 +30,7 @@ class Steps:
         self.n += 1
         log = self.work / "logs" / f"{self.n:02d}-{name}.txt"
         print(f"bench learn: sarl {' '.join(args)}", file=sys.stderr, flush=True)
-        p = subprocess.Popen([self.sarl, *args], cwd=self.work, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+        p = _start([self.sarl, *args], self.work)
         try:
             stdout, stderr = p.communicate()
         except BaseException:  # Ctrl-C or SIGTERM (SystemExit): the command ends as on its own
@@ -66,15 +67,24 @@ class Steps:
         return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}-{mode}", *args))
 
 
+def _start(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
+    """A command in a process group of its own, so that `_end` reaches the
+    processes it started (an evaluation's vLLM engine) as well as itself."""
+    return subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"}, start_new_session=True)  # fmt: skip
+
+
 def _end(p: subprocess.Popen[str], grace_s: float = 60.0) -> None:
-    """SIGTERM, which every `sarl` command takes as an exit (its engines and
-    sandboxes closed on the way out), then SIGKILL after `grace_s`."""
+    """SIGTERM to the command, which every `sarl` command takes as an exit
+    (its engines and sandboxes closed on the way out); after `grace_s`,
+    SIGKILL to its whole process group, so that no engine process it started
+    outlives it. Not covered: a process that left the group (setsid)."""
     p.terminate()
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         p.wait(grace_s)
-    except subprocess.TimeoutExpired:
-        p.kill()
-        p.wait()
+    with contextlib.suppress(ProcessLookupError):  # the group outlives its leader; empty, it is gone
+        os.killpg(p.pid, signal.SIGKILL)
+    p.wait()
 
 
 STAGES = ("base", "sft", "rl", "control")
