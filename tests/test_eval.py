@@ -99,7 +99,7 @@ def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(wor
     summary, written in the run directory; the same figures through the
     run's live generator, with the same seeds. (What the figures are for a
     real model is `sarl bench learn`'s business; here the plumbing.)"""
-    from rl.tasks.format import write_tasks
+    from rl.tasks.format import read_tasks, write_tasks
     from rl.tasks.synthesis import synthesize
 
     write_tasks(workdir / "held.jsonl", synthesize("filtering", 3, seed=2, difficulty=1))
@@ -127,6 +127,17 @@ def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(wor
         assert [r["task_id"] for r in rows] == [f"gen/filtering/L1/s2-{i:05d}" for i in range(3)]
         assert all(r["n"] == 2 and sum(r["failures"].values()) == 2 - r["passed"] for r in rows)
         assert json.loads((folder / "summary.json").read_text())["pass@1"] == own["pass@1"]
+        # each episode with its outcome and transcript (replies and feedback, not the prompt), to be read
+        episodes = [json.loads(x) for x in (folder / "episodes.jsonl").read_text().splitlines()]
+        assert [(e["task_id"], e["sample"]) for e in episodes] == [(r["task_id"], i) for r in rows for i in (0, 1)]
+        for r in rows:
+            mine = [e for e in episodes if e["task_id"] == r["task_id"]]
+            assert sum(e["passed"] for e in mine) == r["passed"] and all(
+                e["passed"] == (e["failure"] == "") for e in mine
+            )
+            assert sum(e["turns"] for e in mine) / 2 == r["turns_mean"]
+        prompts = {t.task_id: t.prompt for t in read_tasks(workdir / "held.jsonl")}
+        assert all(e["transcript"] and prompts[e["task_id"]][:60] not in e["transcript"] for e in episodes)
         # now through the run's generator, live again
         sarl("resume", str(run), cwd=workdir)
         wait_for(lambda: list((run / "endpoints").glob("generator-*.json")), 300, "the live generator")

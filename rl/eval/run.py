@@ -7,7 +7,8 @@
         (task, sample)
     pass@k per task (rl.eval.passk), their means with standard errors
     -> RUN_DIR/eval/v<version>/<tasks>.<mode>/results.jsonl (one line per
-       task) and summary.json, each written whole (<tasks>: the task file's
+       task), episodes.jsonl (one per episode, with its transcript) and
+       summary.json, each written whole (<tasks>: the task file's
        name, another file of the same name gets a digest of its path;
        <mode>: `greedy` or `t1-n8`, then the turns: `gen.U.greedy.1turn`)
 
@@ -320,7 +321,7 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
                 raise EvalError(f"a generator answered with version {r.version} while version {version} was evaluated")
             return r.outputs[0][0], r.version
 
-        def one(task: Task, i: int) -> tuple[bool, str, int, tuple[int, int], float]:
+        def one(task: Task, i: int) -> tuple[bool, str, int, tuple[int, int], float, dict[str, Any]]:
             sb = pool.take()
             try:
                 seed = eval_seed(task.task_id, i)
@@ -333,28 +334,57 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
                 progress()
             why = failure_of(ep)
             calls = (ep.tool_calls, sum(ep.tool_failures[w] for w in INVALID_CALLS))
-            return why == "", why, ep.turns, calls, float(ep.verdict.reward) if ep.verdict is not None else 0.0
+            reward = float(ep.verdict.reward) if ep.verdict is not None else 0.0
+            return why == "", why, ep.turns, calls, reward, episode_record(task, i, ep, why, reward, tokenizer)
 
         futures = {t.task_id: [ex.submit(one, t, i) for i in range(n)] for t in plan.tasks}
-        results = []
+        results, episodes = [], []
         try:
             for t in plan.tasks:
                 got = [f.result() for f in futures[t.task_id]]
-                passed, whys, turns, calls, rewards = (list(x) for x in zip(*got, strict=True))
+                passed, whys, turns, calls, rewards, records = (list(x) for x in zip(*got, strict=True))
                 results.append(task_result(t, passed, whys, turns, ks, calls, rewards))
+                episodes += records
         except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played,
             stopping.set()  # and those in flight end at their next reply instead of playing out
             ex.shutdown(wait=False, cancel_futures=True)
             raise
-    return _write_results(ctx, plan, policy, results, ks, (time.monotonic() - t0) / 60)
+    return _write_results(ctx, plan, policy, results, episodes, ks, (time.monotonic() - t0) / 60)
+
+
+def episode_record(task: Task, sample: int, ep: Any, why: str, reward: float, tokenizer: Any) -> dict[str, Any]:
+    """What an evaluated episode did, to be read when a figure surprises:
+    its outcome and its transcript after the prompt (the policy's replies
+    and what the environment answered, as the model saw them)."""
+    mask = ep.trajectory.loss_mask
+    first = mask.index(1) if 1 in mask else len(mask)  # the prompt, the same for every sample, is left out
+    return {
+        "task_id": task.task_id,
+        "sample": sample,
+        "passed": why == "",
+        "failure": why,
+        "reward": reward,
+        "turns": ep.turns,
+        "end": ep.end,
+        "tool_calls": ep.tool_calls,
+        "tool_failures": dict(ep.tool_failures),
+        "transcript": tokenizer.decode(ep.trajectory.tokens[first:]),
+    }
 
 
 def _write_results(
-    ctx: RunContext, plan: Plan, policy: Policy, results: list[Any], ks: list[int], minutes: float
+    ctx: RunContext,
+    plan: Plan,
+    policy: Policy,
+    results: list[Any],
+    episodes: list[dict[str, Any]],
+    ks: list[int],
+    minutes: float,
 ) -> dict[str, Any]:
-    """results.jsonl (a line a task) and summary.json in the folder of the
-    version, the task file and the mode (greedy or sampled, the turns): the
-    summary, with that folder."""
+    """results.jsonl (a line a task), episodes.jsonl (a line an episode, with
+    its transcript) and summary.json in the folder of the version, the task
+    file and the mode (greedy or sampled, the turns): the summary, with that
+    folder."""
     tasks_file = str(Path(plan.tasks_name).resolve())
     summary = {"version": policy.version, "tasks_file": tasks_file, "n": plan.n, "engine": policy.how}
     summary.update(summarise(results, ks))
@@ -364,6 +394,7 @@ def _write_results(
     folder = results_folder(Path(ctx.run_dir) / "eval" / f"v{policy.version:06d}", tasks_file, mode)
     folder.mkdir(parents=True, exist_ok=True)
     atomic_write(folder / "results.jsonl", "".join(json.dumps(asdict(r)) + "\n" for r in results))
+    atomic_write(folder / "episodes.jsonl", "".join(json.dumps(e) + "\n" for e in episodes))
     atomic_write(folder / "summary.json", json.dumps(summary, indent=1) + "\n")
     summary["folder"] = str(folder)
     return summary
