@@ -124,6 +124,33 @@ def test_a_workspace_episode_with_tools_fixes_the_bug_and_trains_on_exactly_the_
     assert "<tool_call>" in context  # the tools are described in the system message (no tools in this template)
 
 
+def test_edit_file_changes_the_one_place_the_old_text_is_and_refuses_an_ambiguous_or_missing_one(tok: Any) -> None:
+    body = SLUG.files["textkit/slug.py"]
+    line = next(x + "\n" for x in body.splitlines() if x.strip().startswith("return"))
+    fix = SLUG_FIX[SLUG_FIX.index('"""\n') + 4 :]  # the fixed body, below the docstring the edit leaves alone
+    policy = Scripted(
+        tok,
+        [
+            call("edit_file", path="textkit/slug.py", old="    return nothing\n", new="x"),
+            call("edit_file", path="textkit/slug.py", old="e", new="x"),
+            call("edit_file", path="textkit/slug.py", old="", new="x"),
+            call("edit_file", path="textkit/nope.py", old="a", new="b"),
+            call("edit_file", path="../slug.py", old="a", new="b"),
+            call("edit_file", path="textkit/slug.py", old=line, new=fix),
+            call("shell", command="python3 tests/test_slug.py") + call("submit"),
+        ],
+    )
+    with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
+        ep = run_episode(SLUG, AgentConfig(max_turns=8), policy, tok, sb, verifier, 8192, seed=1)
+    assert ep.end == "submitted" and ep.verdict.passed, ep.verdict
+    assert dict(ep.tool_failures) == {"outside-workspace": 1}
+    context = tok.decode(np.asarray(ep.trajectory.tokens)[np.asarray(ep.trajectory.loss_mask) == 0])
+    assert context.count("not written: the old text is not in the file") == 2  # a line it lacks, and ""
+    assert "the old text is in the file" in context and "times: give more of its lines" in context
+    assert "textkit/nope.py: not written: no such file" in context and "edited textkit/slug.py" in context
+    assert "FAIL" not in context.rsplit("edited textkit/slug.py", 1)[1]  # after the edit, every visible test passes
+
+
 def test_hostile_and_sloppy_tool_calls_become_observations_with_their_reasons(tok: Any) -> None:
     policy = Scripted(
         tok,

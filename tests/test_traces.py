@@ -17,7 +17,7 @@ from learner_runs import learner_config, learner_state
 from rl.episodes.replay import check_traces, replay
 from rl.tasks.format import read_tasks, write_tasks
 from rl.tasks.sql import sql_tasks
-from rl.tasks.traces import Trace, call, traces
+from rl.tasks.traces import Trace, call, edit, traces
 from rl.tasks.workspace_functions import function_workspaces
 from rl.tasks.workspaces import workspace_tasks
 from rl.verify.config import VerifyConfig
@@ -34,15 +34,32 @@ def test_a_trace_is_the_episode_format_and_a_repair_takes_a_wrong_step_first() -
     impl = next(t for t in function_workspaces() if t.task_id.endswith("/implement") and "first_attempt" in t.metadata)
     [_, fix_first] = traces(impl, repair_share=1.0)
     [(path, fixed)] = json.loads(impl.reference).items()
-    writes = [json.loads(r.split("<tool_call>")[1].removesuffix("</tool_call>")) for r in fix_first.replies]
-    written = [w["arguments"]["content"] for w in writes if w["name"] == "write_file"]
-    assert written == [impl.metadata["first_attempt"], fixed] and writes[-1]["name"] == "submit"
+    calls = [json.loads(r.split("<tool_call>")[1].removesuffix("</tool_call>")) for r in fix_first.replies]
+    text, states = impl.files[path], []
+    for c in calls:
+        if c["name"] == "edit_file":  # each edit's old text is in the file once; the def and docstring stay
+            assert text.count(c["arguments"]["old"]) == 1 and '"""' not in c["arguments"]["old"] + c["arguments"]["new"]
+            text = text.replace(c["arguments"]["old"], c["arguments"]["new"])
+            states.append(text)
+    assert states == [impl.metadata["first_attempt"], fixed] and calls[-1]["name"] == "submit"
     fix = next(t for t in workspace_tasks() if t.task_id.endswith("/fix"))
     assert [t.kind for t in traces(fix, repair_share=1.0)] == ["direct"]  # a fix task has no first attempt of its own
     assert traces(sql.model_copy(update={"test_format": "humaneval"})) == []
     # the share is drawn from the task id: the same on every machine, near the share asked
     drawn = [len(traces(t, 0.3)) == 2 for t in sql_tasks()]
     assert drawn == [len(traces(t, 0.3)) == 2 for t in sql_tasks()] and 0.2 < sum(drawn) / len(drawn) < 0.4
+
+
+def test_an_edit_is_the_lines_that_differ_widened_until_the_old_text_is_there_once() -> None:
+    before = "def f(x):\n    y = 1\n    return y\n\n\ndef g(x):\n    y = 1\n    return y\n"
+    after = before.replace("    y = 1\n    return y\n", "    y = 2\n    return y\n", 1)
+    e = edit(before, after)  # `    y = 1` is there twice: the def line above it makes it unique
+    assert e == {"old": "def f(x):\n    y = 1\n", "new": "def f(x):\n    y = 2\n"}
+    assert before.replace(e["old"], e["new"]) == after
+    inserted = edit("a\nb\n", "a\nx\nb\n")  # nothing removed: a neighbouring line is the anchor
+    assert inserted == {"old": "a\n", "new": "a\nx\n"}
+    with pytest.raises(ValueError, match="the same"):
+        edit("a\n", "a\n")
 
 
 def test_a_trace_with_a_call_in_the_wrong_format_scores_as_the_environment_says(tok: Any) -> None:

@@ -7,6 +7,11 @@ episode's work dir, `/sandbox`. Each reply calls tools (rl.agent.tools):
                                limit (`agent.run_s`) and the episode's deadline
     read_file(path)            a file of the work dir
     write_file(path, content)  create or replace a file of the work dir
+    edit_file(path, old, new)  replace the one place where `old` occurs in a
+                               file with `new`: a change without writing out
+                               the rest of the file again (its docstrings'
+                               quotes, JSON-escaped, are where a small model's
+                               whole-file writes broke)
     submit()                   end the episode: the work dir is the answer
 
 The answer is the work dir's final state (text files only, no byte code),
@@ -48,6 +53,15 @@ TOOLS = [
         (
             Param("path", "string", "path relative to the workspace"),
             Param("content", "string", "the whole new content of the file"),
+        ),
+    ),
+    Tool(
+        "edit_file",
+        "Replace the one place where `old` occurs in a file of the workspace with `new`.",
+        (
+            Param("path", "string", "path relative to the workspace"),
+            Param("old", "string", "text the file holds exactly once, whole lines with their indentation"),
+            Param("new", "string", "what replaces it"),
         ),
     ),
     Tool("submit", "Finish: the workspace as it is now is your answer."),
@@ -101,6 +115,15 @@ def run():
             return {"error": "no such file"}
         data = open(full, "rb").read(P["max_bytes"] + 1)
         return {"text": data[: P["max_bytes"]].decode("utf-8", "replace"), "cut": len(data) > P["max_bytes"]}
+    if op == "edit":
+        if not os.path.isfile(full):
+            return {"error": "no such file"}
+        text = open(full, encoding="utf-8", errors="replace").read()
+        found = text.count(P["old"]) if P["old"] else 0
+        if found != 1:
+            return {"error": "the old text is not in the file" if not found else
+                    "the old text is in the file %d times: give more of its lines, so that it is there once" % found}
+        P["content"] = text.replace(P["old"], P["new"], 1)
     os.makedirs(os.path.dirname(full), exist_ok=True)
     if os.path.islink(full):
         os.unlink(full)
@@ -209,11 +232,17 @@ class WorkspaceEnv(Environment):
                 return f"{path}: {got['error']}", ""
             text, was_cut = cut(got["text"], tokenizer, budget)
             return f"{path}:\n{text}", "output-cut" if was_cut or got["cut"] else ""
-        got = _file_op(self.ctx.sandbox, {"op": "write", "path": path, "content": call.arguments["content"]}, limits)
+        if call.name == "edit_file":
+            params = {"op": "edit", "path": path, "old": call.arguments["old"], "new": call.arguments["new"]}
+        else:
+            params = {"op": "write", "path": path, "content": call.arguments["content"]}
+        got = _file_op(self.ctx.sandbox, params, limits)
         if "failure" in got:
             return f"{path}: outside the workspace, not written", got["failure"]
         if "error" in got:
             return f"{path}: not written: {got['error']}", ""
+        if call.name == "edit_file":
+            return f"edited {path}: it now has {got['written']} characters", ""
         return f"wrote {got['written']} characters to {path}", ""
 
     def final(self) -> Final:

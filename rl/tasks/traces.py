@@ -8,8 +8,9 @@ replaying the trace in the task's environment (rl.episodes.replay) makes
 them, so a trace is checked by the environment itself and must score 1.
 
     SQL        run the reference query with `sql`, read its rows, `answer` it
-    workspace  read the module, run the visible tests, write the reference,
-               run the tests again, `submit`
+    workspace  read the module, run the visible tests, `edit_file` the lines
+               that differ from the reference (the def line and docstring
+               stay as they are), run the tests again, `submit`
 
 The `repair` variant takes a wrong step first and then repairs it:
 
@@ -99,19 +100,49 @@ def _workspace(task: Task, repair: bool) -> list[str]:
         f"Let me read the module first.\n{call('read_file', path=path)}",
         f"Now let me run the tests to see what fails.\n{run_tests}",
     ]
+    given = task.files[path]
     if repair:
+        first = task.metadata["first_attempt"]
         replies += [
-            "Let me write a first version.\n" + call("write_file", path=path, content=task.metadata["first_attempt"]),
+            "Let me write a first version.\n" + call("edit_file", path=path, **edit(given, first)),
             f"Let me check it.\n{run_tests}",
-            "Some tests fail; let me rewrite it to do exactly what the docstring says.\n"
-            + call("write_file", path=path, content=fixed),
+            "Some tests fail; let me change it to do exactly what the docstring says.\n"
+            + call("edit_file", path=path, **edit(first, fixed)),
         ]
     else:
         replies.append(
-            "I will write the function as its docstring says.\n" + call("write_file", path=path, content=fixed)
+            "I will change the code to do what the docstring says.\n"
+            + call("edit_file", path=path, **edit(given, fixed))
         )
     replies += [f"Let me run the tests again.\n{run_tests}", "The tests pass.\n" + call("submit")]
     return replies
+
+
+def edit(before: str, after: str) -> dict[str, str]:
+    """The `edit_file` arguments that turn `before` into `after`: the lines
+    between their common first and last lines, widened a line at a time
+    until the old text occurs in `before` once (the workspace tool refuses
+    an ambiguous edit)."""
+    a, b = before.splitlines(keepends=True), after.splitlines(keepends=True)
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    if head == len(a) == len(b):
+        raise ValueError("no edit: the texts are the same")
+    lo, hi = head, len(a) - tail
+    while True:
+        old = "".join(a[lo:hi])
+        if old and before.count(old) == 1:
+            return {
+                "old": old,
+                "new": "".join(a[lo:head]) + "".join(b[head : len(b) - tail]) + "".join(a[len(a) - tail : hi]),
+            }
+        if lo == 0 and hi == len(a):
+            raise ValueError("no edit: the old text cannot be made to occur once")
+        lo, hi = (lo - 1, hi) if lo > 0 else (lo, hi + 1)
 
 
 def read_traces(path: Path) -> list[dict[str, Any]]:
