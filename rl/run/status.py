@@ -162,7 +162,7 @@ def _scheduled(
             why.append(f"exit {sched['exit_code']}")
         if sched["reason"] not in ("", "None"):
             why.append(sched["reason"])
-        err = failure_text(rd, rec, job)
+        err = failure_text(rd, rec, job) if ts.status != "CANCELLED" else ""  # the cancel is the why, not a log line
         if err:
             why.append(err)
         if ts.status == "COMPLETED":  # the job ended, the role did not finish
