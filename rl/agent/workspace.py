@@ -232,16 +232,19 @@ class WorkspaceEnv(Environment):
                 return f"{path}: {got['error']}", ""
             text, was_cut = cut(got["text"], tokenizer, budget)
             return f"{path}:\n{text}", "output-cut" if was_cut or got["cut"] else ""
-        if call.name == "edit_file":
-            params = {"op": "edit", "path": path, "old": call.arguments["old"], "new": call.arguments["new"]}
-        else:
-            params = {"op": "write", "path": path, "content": call.arguments["content"]}
-        got = _file_op(self.ctx.sandbox, params, limits)
+        edit = call.name == "edit_file"
+        args = call.arguments
+        params = (
+            {"op": "edit", "old": args["old"], "new": args["new"]}
+            if edit
+            else {"op": "write", "content": args["content"]}
+        )
+        got = _file_op(self.ctx.sandbox, {**params, "path": path}, limits)
         if "failure" in got:
             return f"{path}: outside the workspace, not written", got["failure"]
         if "error" in got:
             return f"{path}: not written: {got['error']}", ""
-        if call.name == "edit_file":
+        if edit:
             return f"edited {path}: it now has {got['written']} characters", ""
         return f"wrote {got['written']} characters to {path}", ""
 

@@ -298,7 +298,6 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
     written under RUN_DIR/eval/."""
     from rl.agent.tools import INVALID_CALLS
     from rl.episodes.episode import run_episode
-    from rl.episodes.samples import failure_of
     from rl.model import checkpoint, load_tokenizer
     from rl.verify.verifier import Verifier
     from sandboxes.pool import WarmPool
@@ -321,7 +320,7 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
                 raise EvalError(f"a generator answered with version {r.version} while version {version} was evaluated")
             return r.outputs[0][0], r.version
 
-        def one(task: Task, i: int) -> tuple[bool, str, int, tuple[int, int], float, dict[str, Any]]:
+        def one(task: Task, i: int) -> dict[str, Any]:
             sb = pool.take()
             try:
                 seed = eval_seed(task.task_id, i)
@@ -332,19 +331,18 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
             pool.give(sb)
             if progress is not None:
                 progress()
-            why = failure_of(ep)
-            calls = (ep.tool_calls, sum(ep.tool_failures[w] for w in INVALID_CALLS))
-            reward = float(ep.verdict.reward) if ep.verdict is not None else 0.0
-            return why == "", why, ep.turns, calls, reward, episode_record(task, i, ep, why, reward, tokenizer)
+            return episode_record(task, i, ep, tokenizer)
 
         futures = {t.task_id: [ex.submit(one, t, i) for i in range(n)] for t in plan.tasks}
         results, episodes = [], []
         try:
             for t in plan.tasks:
                 got = [f.result() for f in futures[t.task_id]]
-                passed, whys, turns, calls, rewards, records = (list(x) for x in zip(*got, strict=True))
+                calls = [(e["tool_calls"], sum(e["tool_failures"].get(w, 0) for w in INVALID_CALLS)) for e in got]
+                passed, whys = [e["passed"] for e in got], [e["failure"] for e in got]
+                turns, rewards = [e["turns"] for e in got], [e["reward"] for e in got]
                 results.append(task_result(t, passed, whys, turns, ks, calls, rewards))
-                episodes += records
+                episodes += got
         except BaseException:  # an error, ^C or SIGTERM: the episodes not started yet are not played,
             stopping.set()  # and those in flight end at their next reply instead of playing out
             ex.shutdown(wait=False, cancel_futures=True)
@@ -352,10 +350,14 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
     return _write_results(ctx, plan, policy, results, episodes, ks, (time.monotonic() - t0) / 60)
 
 
-def episode_record(task: Task, sample: int, ep: Any, why: str, reward: float, tokenizer: Any) -> dict[str, Any]:
-    """What an evaluated episode did, to be read when a figure surprises:
-    its outcome and its transcript after the prompt (the policy's replies
-    and what the environment answered, as the model saw them)."""
+def episode_record(task: Task, sample: int, ep: Any, tokenizer: Any) -> dict[str, Any]:
+    """What an evaluated episode did: its outcome, from which the task's
+    results are counted, and its transcript after the prompt (the policy's
+    replies and what the environment answered, as the model saw them), to
+    be read when a figure surprises."""
+    from rl.episodes.samples import failure_of
+
+    why = failure_of(ep)
     mask = ep.trajectory.loss_mask
     first = mask.index(1) if 1 in mask else len(mask)  # the prompt, the same for every sample, is left out
     return {
@@ -363,7 +365,7 @@ def episode_record(task: Task, sample: int, ep: Any, why: str, reward: float, to
         "sample": sample,
         "passed": why == "",
         "failure": why,
-        "reward": reward,
+        "reward": float(ep.verdict.reward) if ep.verdict is not None else 0.0,
         "turns": ep.turns,
         "end": ep.end,
         "tool_calls": ep.tool_calls,
