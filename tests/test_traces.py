@@ -42,8 +42,17 @@ def test_a_trace_is_the_episode_format_and_a_repair_takes_a_wrong_step_first() -
             text = text.replace(c["arguments"]["old"], c["arguments"]["new"])
             states.append(text)
     assert states == [impl.metadata["first_attempt"], fixed] and calls[-1]["name"] == "submit"
+    assert fix_first.untrained == (2,) and repair.untrained == (0,)  # the wrong steps: context, not trained
+    # fix and make-pass tasks repair too: their wrong edit is another bug (hand-written units have two)
+    # or a small mutation of the reference; never the file as given, never the reference
+    ws = workspace_tasks() + function_workspaces()
+    for t in ws:
+        [(path, fixed)] = json.loads(t.reference).items()
+        assert t.metadata.get("first_attempt") not in (t.files[path], fixed)
+    kinds = {t.metadata["family"] for t in ws if "first_attempt" in t.metadata}
+    assert kinds == {"workspace-fix", "workspace-implement", "workspace-make-pass"}
     fix = next(t for t in workspace_tasks() if t.task_id.endswith("/fix"))
-    assert [t.kind for t in traces(fix, repair_share=1.0)] == ["direct"]  # a fix task has no first attempt of its own
+    assert [t.kind for t in traces(fix, repair_share=1.0)] == ["direct", "repair"]
     assert traces(sql.model_copy(update={"test_format": "humaneval"})) == []
     # the share is drawn from the task id: the same on every machine, near the share asked
     drawn = [len(traces(t, 0.3)) == 2 for t in sql_tasks()]
@@ -125,9 +134,12 @@ def test_the_warm_starts_loss_covers_only_the_policys_replies(workdir: Path, tok
     prompt, the tool protocol or a tool's result."""
     from rl.learner.trace_data import Traces, read_traces
 
-    tasks = [sql_tasks()[3], next(t for t in function_workspaces(functions=8) if "first_attempt" in t.metadata)]
-    lines = _written_traces(workdir, tasks)
+    fix = next(
+        t for t in function_workspaces(functions=8) if t.task_id.endswith("/fix") and "first_attempt" in t.metadata
+    )
+    lines = _written_traces(workdir, [sql_tasks()[3], fix])
     assert [x["kind"] for x in lines] == ["direct", "repair", "direct", "repair"]
+    assert [x["untrained"] for x in lines] == [[], [0], [], [2]]
     data = Traces(workdir / "tools.traces.jsonl", tok, seed=0, max_tokens=16384)
     samples = {(s.task_id, len(s.tokens)): s for s in data.step(0, 4)}
     assert len(samples) == 4  # one pass: every trace once
@@ -135,8 +147,12 @@ def test_the_warm_starts_loss_covers_only_the_policys_replies(workdir: Path, tok
         s = samples[(line["task_id"], len(line["tokens"]))]
         mask = s.loss_mask.astype(bool)
         trained = tok.decode(s.tokens[mask])
-        assert trained == "".join(r + "<|im_end|>" for r in line["replies"])  # the replies and nothing else
+        policy = [r for i, r in enumerate(line["replies"]) if i not in line["untrained"]]
+        assert trained == "".join(r + "<|im_end|>" for r in policy)  # the replies and nothing else
         context = tok.decode(s.tokens[~mask])
+        for i in line["untrained"]:  # a repair's wrong step is context, and the tests showed it failing
+            assert line["replies"][i] in context
+            assert "FAIL" in context.split(line["replies"][i])[1] or "no such column" in context
         assert "tool_call" in context and ("[sql]" in context or "PASS" in context)  # observations: context
         assert not any(o in trained for o in ("[sql]", "PASS", "FAIL", "(1 row)"))
     # another tokenizer's ids are refused, naming the file; so is a line that is not a trace

@@ -41,7 +41,8 @@ class Replayed:
     tokens: list[int]
     """The episode's token ids, as a rollout stores them (rl.agent.tokens)."""
     loss_mask: list[int]
-    """1 on the policy's tokens (the trace's replies), 0 on the prompt and observations."""
+    """1 on the policy's tokens (the trace's replies), 0 on the prompt, the
+    observations and the replies the trace leaves untrained."""
 
     @property
     def ok(self) -> bool:
@@ -62,6 +63,19 @@ def replay(task: Task, trace: Trace, tokenizer: Any, sandbox: Any, verifier: Any
 
     cfg = AgentConfig(max_turns=len(trace.replies), max_tokens=MAX_MODEL_LEN, temperature=1.0)
     return run_episode(task, cfg, generate, tokenizer, sandbox, verifier, MAX_MODEL_LEN, seed=0)
+
+
+def untrain(loss_mask: list[int], replies: tuple[int, ...]) -> list[int]:
+    """`loss_mask` with the given replies' tokens set to 0. A reply is a run of
+    1s (its ids and its end token); observations and chat-template tokens,
+    all 0, separate one reply from the next."""
+    out, reply, prev = list(loss_mask), -1, 0
+    for i, m in enumerate(loss_mask):
+        reply += m and not prev
+        if m and reply in replies:
+            out[i] = 0
+        prev = m
+    return out
 
 
 def check_traces(
@@ -101,7 +115,7 @@ def check_traces(
                 sum(ep.tool_failures[w] for w in INVALID_CALLS),
                 why or (v.failure if v is not None and not v.passed else ""),
                 arrays["tokens"].tolist(),
-                arrays["loss_mask"].tolist(),
+                untrain(arrays["loss_mask"].tolist(), trace.untrained),
             )
 
         return list(ex.map(one, pairs))

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ast
 import copy
 import textwrap
+from collections.abc import Iterator
 from typing import Any
 
 _SWAPS: dict[type, type] = {
@@ -83,23 +84,30 @@ def _outcome(fn: Any, examples: list[tuple[str, str]], ns: dict[str, Any]) -> li
     return rows
 
 
+def mutants(source: str, name: str, rng: Any, tries: int = 20) -> Iterator[str]:
+    """`source` with one mutation each, for up to `tries` of its mutation
+    sites in a seeded order, unparsed; nothing where it has a `while` loop
+    or calls `name` (a mutation could make it run forever)."""
+    tree = ast.parse(source)
+    if any(isinstance(n, ast.While) for n in ast.walk(tree)) or any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name for n in ast.walk(tree)
+    ):
+        return
+    sites = _sites(tree)
+    order = list(range(len(sites)))
+    rng.shuffle(order)
+    for i in order[:tries]:
+        mutated = copy.deepcopy(tree)
+        _mutate(_sites(mutated)[i][0], sites[i][1])
+        yield ast.unparse(mutated)
+
+
 def make_repair(rng: Any, header: str, body: str, name: str, examples: list[tuple[str, str]]) -> dict[str, Any] | None:
     """A first attempt that fails a visible example: {"attempt": the whole
     function, "examples": per-example outcome}; None when no mutation of the
     first 20 tried fails one (or the reference loops or recurses)."""
     source = header + textwrap.indent(body.strip("\n") + "\n", "    ")
-    tree = ast.parse(source)
-    if any(isinstance(n, ast.While) for n in ast.walk(tree)) or any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name for n in ast.walk(tree)
-    ):
-        return None
-    sites = _sites(tree)
-    order = list(range(len(sites)))
-    rng.shuffle(order)
-    for i in order[:20]:
-        mutated = copy.deepcopy(tree)
-        _mutate(_sites(mutated)[i][0], sites[i][1])
-        code = ast.unparse(mutated)
+    for code in mutants(source, name, rng):
         ns: dict[str, Any] = {}
         try:
             exec(compile(code, "attempt.py", "exec"), ns)

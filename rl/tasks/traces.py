@@ -16,9 +16,14 @@ The `repair` variant takes a wrong step first and then repairs it:
 
     SQL        a query on a column the table does not have (an error), then on
                with the direct trace
-    workspace  an implement task only: write a first version that is wrong
-               (the function's planted bug, `first_attempt` in the task's
-               metadata), run the tests, see them fail, then the reference
+    workspace  edit to a wrong version (`first_attempt` in the task's
+               metadata: for implement the function's planted bug, for fix
+               and make-pass another bug or a small mutation of the
+               reference), run the tests, see them fail, then edit to the
+               reference
+
+The wrong step is context, not trained (`Trace.untrained`): the warm start
+learns to read a failure and repair it, not to make the mistake first.
 
 Which tasks get a repair trace is drawn from the task id (`repair_share`),
 so a file's traces are the same on every machine.
@@ -47,9 +52,11 @@ class Trace:
     task_id: str
     kind: Literal["direct", "repair"]
     replies: list[str] = field(default_factory=list)
+    untrained: tuple[int, ...] = ()
+    """Indices of the replies that are context, not trained: a repair's wrong step."""
 
     def to_json(self) -> dict[str, object]:
-        return {"task_id": self.task_id, "kind": self.kind, "replies": self.replies}
+        return {"task_id": self.task_id, "kind": self.kind, "replies": self.replies, "untrained": list(self.untrained)}
 
 
 def call(name: str, **arguments: object) -> str:
@@ -74,7 +81,8 @@ def traces(task: Task, repair_share: float = 0.3) -> list[Trace]:
     out = [Trace(task.task_id, "direct", make(task, repair=False))]
     can_repair = task.test_format == "sql" or "first_attempt" in task.metadata
     if can_repair and _drawn(task.task_id, repair_share):
-        out.append(Trace(task.task_id, "repair", make(task, repair=True)))
+        wrong = 0 if task.test_format == "sql" else 2  # the bad query; the wrong edit, after read and run
+        out.append(Trace(task.task_id, "repair", make(task, repair=True), untrained=(wrong,)))
     return out
 
 
@@ -103,10 +111,13 @@ def _workspace(task: Task, repair: bool) -> list[str]:
     given = task.files[path]
     if repair:
         first = task.metadata["first_attempt"]
+        # the wrong edit reads as the direct trace's edit: the context is the
+        # one an episode has when its first edit was wrong
         replies += [
-            "Let me write a first version.\n" + call("edit_file", path=path, **edit(given, first)),
-            f"Let me check it.\n{run_tests}",
-            "Some tests fail; let me change it to do exactly what the docstring says.\n"
+            "I will change the code to do what the docstring says.\n"
+            + call("edit_file", path=path, **edit(given, first)),
+            f"Let me run the tests again.\n{run_tests}",
+            "Some tests still fail; let me read the code again and make it do exactly what the docstring says.\n"
             + call("edit_file", path=path, **edit(first, fixed)),
         ]
     else:

@@ -18,9 +18,12 @@ is the module as it should be, a whole-file patch ({path: content}).
 from __future__ import annotations
 
 import json
+import random
+import textwrap
 from dataclasses import dataclass
 
 from rl.tasks.format import Task, TaskLimits
+from rl.tasks.repairs import mutants
 
 
 @dataclass(frozen=True)
@@ -317,6 +320,27 @@ def failing_visible(u: Unit, body: str) -> int:
     raise ValueError(f"{u.package}.{u.module}: a planted bug passes every visible test")
 
 
+def wrong_version(u: Unit, given: str) -> str | None:
+    """A body that is neither `given` nor the reference and fails a visible
+    test: the unit's other planted bug, else one small mutation of the
+    reference (rl.tasks.repairs, in an order seeded by the unit's name);
+    None where there is none. A repair trace's first, wrong, edit."""
+    reference = textwrap.dedent(u.body)
+    mutated = (
+        textwrap.indent(code + "\n", "    ")
+        for code in mutants(reference, u.func, random.Random(f"{u.package}.{u.module}"))
+    )
+    for body in (*u.bugs, *mutated):
+        if body in (given, u.body):
+            continue
+        try:
+            failing_visible(u, body)
+        except Exception:  # noqa: BLE001 (passes every visible test, or does not run: not a wrong version)
+            continue
+        return body
+    return None
+
+
 def build_tasks(u: Unit, source: str = "sarl-workspace", template_key: str = "", task_key: str = "") -> list[Task]:
     """The unit's tasks: implement, and fix and make-pass where it has a bug.
     `template_key` and `task_key` default to `workspace/PACKAGE.MODULE`."""
@@ -365,8 +389,8 @@ def build_tasks(u: Unit, source: str = "sarl-workspace", template_key: str = "",
                     "template": template_key or f"workspace/{u.package}.{u.module}",
                     "function": u.func,
                     "difficulty": min(3, u.difficulty + (kind == "implement")),
-                    # a wrong first version, for a repair trace (rl.tasks.traces)
-                    **({"first_attempt": _source(u, u.bugs[0])} if kind == "implement" and u.bugs else {}),
+                    # a wrong first edit, for a repair trace (rl.tasks.traces)
+                    **({"first_attempt": _source(u, wrong)} if (wrong := wrong_version(u, body)) else {}),
                 },
             )
         )
