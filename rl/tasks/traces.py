@@ -78,18 +78,22 @@ def traces(task: Task, repair_share: float = 0.3) -> list[Trace]:
         make = _workspace
     else:
         return []
-    out = [Trace(task.task_id, "direct", make(task, repair=False))]
+    out = [Trace(task.task_id, "direct", *make(task, repair=False))]
     can_repair = task.test_format == "sql" or "first_attempt" in task.metadata
     if can_repair and _drawn(task.task_id, repair_share):
-        wrong = 0 if task.test_format == "sql" else 2  # the bad query; the wrong edit, after read and run
-        out.append(Trace(task.task_id, "repair", make(task, repair=True), untrained=(wrong,)))
+        out.append(Trace(task.task_id, "repair", *make(task, repair=True)))
     return out
 
 
-def _sql(task: Task, repair: bool) -> list[str]:
+# Each maker returns the trace's replies and the indices of those left untrained.
+
+
+def _sql(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
     query = task.reference.strip()
-    replies = []
+    replies: list[str] = []
+    untrained: tuple[int, ...] = ()
     if repair:
+        untrained = (0,)  # the bad query
         table = re.search(r"\bFROM\s+(\w+)", query, re.I)
         wrong = f"SELECT missing_column FROM {table.group(1) if table else 'data'} LIMIT 5"
         replies.append("Let me look at the data first.\n" + call("sql", query=wrong))
@@ -97,10 +101,10 @@ def _sql(task: Task, repair: bool) -> list[str]:
     else:
         replies.append("Let me run a query for the question and check its rows.\n" + call("sql", query=query))
     replies.append("The rows answer the question.\n" + call("answer", query=query))
-    return replies
+    return replies, untrained
 
 
-def _workspace(task: Task, repair: bool) -> list[str]:
+def _workspace(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
     [(path, fixed)] = json.loads(task.reference).items()
     test = next(p for p in sorted(task.files) if p.startswith("tests/test_") and p.endswith(".py"))
     run_tests = call("shell", command=f"python3 {test}")
@@ -109,7 +113,9 @@ def _workspace(task: Task, repair: bool) -> list[str]:
         f"Now let me run the tests to see what fails.\n{run_tests}",
     ]
     given = task.files[path]
+    untrained: tuple[int, ...] = ()
     if repair:
+        untrained = (len(replies),)  # the wrong edit
         first = task.metadata["first_attempt"]
         # the wrong edit reads as the direct trace's edit: the context is the
         # one an episode has when its first edit was wrong
@@ -126,7 +132,7 @@ def _workspace(task: Task, repair: bool) -> list[str]:
             + call("edit_file", path=path, **edit(given, fixed))
         )
     replies += [f"Let me run the tests again.\n{run_tests}", "The tests pass.\n" + call("submit")]
-    return replies
+    return replies, untrained
 
 
 def edit(before: str, after: str) -> dict[str, str]:
