@@ -35,6 +35,10 @@ def test_a_trace_is_the_episode_format_and_a_repair_takes_a_wrong_step_first() -
     [_, fix_first] = traces(impl, repair_share=1.0)
     [(path, fixed)] = json.loads(impl.reference).items()
     calls = [json.loads(r.split("<tool_call>")[1].removesuffix("</tool_call>")) for r in fix_first.replies]
+    # the test file (the calls and the values they must return) is read before the first test run and edit
+    test_file = next(p for p in impl.files if p.startswith("tests/test_"))
+    assert [c["name"] for c in calls[:3]] == ["read_file", "read_file", "shell"]
+    assert [c["arguments"]["path"] for c in calls[:2]] == [path, test_file]
     text, states = impl.files[path], []
     for c in calls:
         if c["name"] == "edit_file":  # each edit's old text is in the file once; the def and docstring stay
@@ -42,7 +46,7 @@ def test_a_trace_is_the_episode_format_and_a_repair_takes_a_wrong_step_first() -
             text = text.replace(c["arguments"]["old"], c["arguments"]["new"])
             states.append(text)
     assert states == [impl.metadata["first_attempt"], fixed] and calls[-1]["name"] == "submit"
-    assert fix_first.untrained == (2,) and repair.untrained == (0,)  # the wrong steps: context, not trained
+    assert fix_first.untrained == (3,) and repair.untrained == (0,)  # the wrong steps: context, not trained
     # fix and make-pass tasks repair too: their wrong edit is another bug (hand-written units have two)
     # or a small mutation of the reference; never the file as given, never the reference
     ws = workspace_tasks() + function_workspaces()
@@ -139,7 +143,7 @@ def test_the_warm_starts_loss_covers_only_the_policys_replies(workdir: Path, tok
     )
     lines = _written_traces(workdir, [sql_tasks()[3], fix])
     assert [x["kind"] for x in lines] == ["direct", "repair", "direct", "repair"]
-    assert [x["untrained"] for x in lines] == [[], [0], [], [2]]
+    assert [x["untrained"] for x in lines] == [[], [0], [], [3]]
     data = Traces(workdir / "tools.traces.jsonl", tok, seed=0, max_tokens=16384)
     samples = {(s.task_id, len(s.tokens)): s for s in data.step(0, 4)}
     assert len(samples) == 4  # one pass: every trace once

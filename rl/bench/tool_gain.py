@@ -239,8 +239,9 @@ def _reinforce(
 
 
 def _full_eval(kind: str) -> list[str]:
-    """A workspace episode writes whole files: longer replies, more turns."""
-    return ["--concurrency", "32"] + (["--max-tokens", "512", "--max-turns", "7"] if kind == "workspace" else
+    """A workspace episode reads the module and its tests, runs them, edits
+    and runs them again (8 turns hold a repair trace); SQL queries and answers."""
+    return ["--concurrency", "32"] + (["--max-tokens", "512", "--max-turns", "8"] if kind == "workspace" else
                                       ["--max-tokens", "256", "--max-turns", "4"])  # fmt: skip
 
 

@@ -8,9 +8,10 @@ replaying the trace in the task's environment (rl.episodes.replay) makes
 them, so a trace is checked by the environment itself and must score 1.
 
     SQL        run the reference query with `sql`, read its rows, `answer` it
-    workspace  read the module, run the visible tests, `edit_file` the lines
-               that differ from the reference (the def line and docstring
-               stay as they are), run the tests again, `submit`
+    workspace  read the module and its test file, run the visible tests,
+               `edit_file` the lines that differ from the reference (the def
+               line and docstring stay as they are), run the tests again,
+               `submit`
 
 The `repair` variant takes a wrong step first and then repairs it:
 
@@ -108,9 +109,13 @@ def _workspace(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
     [(path, fixed)] = json.loads(task.reference).items()
     test = next(p for p in sorted(task.files) if p.startswith("tests/test_") and p.endswith(".py"))
     run_tests = call("shell", command=f"python3 {test}")
+    # the test file holds the calls and their expected values; the runner's
+    # failure lines name a test alone, so a fix made without reading it has
+    # only the docstring to go on
     replies = [
         f"Let me read the module first.\n{call('read_file', path=path)}",
-        f"Now let me run the tests to see what fails.\n{run_tests}",
+        f"Now the tests, to see what the function must return.\n{call('read_file', path=test)}",
+        f"Let me run the tests to see which fail.\n{run_tests}",
     ]
     given = task.files[path]
     untrained: tuple[int, ...] = ()
