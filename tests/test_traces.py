@@ -63,6 +63,23 @@ def test_a_trace_is_the_episode_format_and_a_repair_takes_a_wrong_step_first() -
     assert drawn == [len(traces(t, 0.3)) == 2 for t in sql_tasks()] and 0.2 < sum(drawn) / len(drawn) < 0.4
 
 
+def test_every_turn_limit_of_a_tool_episode_holds_the_longest_trace_of_its_kind() -> None:
+    """The limits are written by hand (bench learn's evaluation, examples/tools-rl.toml);
+    a trace that grows past one would be cut short in evaluation and RL alike."""
+    import tomllib
+
+    from rl.bench.tool_gain import EVAL_TURNS
+
+    longest = {
+        kind: max(len(t.replies) for task in tasks for t in traces(task, repair_share=1.0))
+        for kind, tasks in (("sql", sql_tasks()), ("workspace", workspace_tasks() + function_workspaces()))
+    }
+    assert longest["workspace"] > longest["sql"] >= 3  # a repair trace is the longest of each
+    assert all(EVAL_TURNS[kind] >= n for kind, n in longest.items()), (EVAL_TURNS, longest)
+    rl_toml = tomllib.loads((Path(__file__).parents[1] / "examples" / "tools-rl.toml").read_text())
+    assert rl_toml["rollout"]["agent"]["max_turns"] >= max(longest.values()), longest
+
+
 def test_an_edit_is_the_lines_that_differ_widened_until_the_old_text_is_there_once() -> None:
     before = "def f(x):\n    y = 1\n    return y\n\n\ndef g(x):\n    y = 1\n    return y\n"
     after = before.replace("    y = 1\n    return y\n", "    y = 2\n    return y\n", 1)

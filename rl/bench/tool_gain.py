@@ -238,11 +238,16 @@ def _reinforce(
     sh.run_to_end(name, runs[name], str(RL_CONFIG), *submit, *rl_set)
 
 
+# Turns and tokens a reply of each kind's evaluation. A workspace episode reads
+# the module and its tests, runs them, edits and runs them again: 8 turns hold
+# a repair trace. SQL looks, queries and answers (3), with one turn to spare.
+# tests/test_traces.py checks each against the longest trace of its kind.
+EVAL_TURNS = {"workspace": 8, "sql": 4}
+EVAL_TOKENS = {"workspace": 512, "sql": 256}
+
+
 def _full_eval(kind: str) -> list[str]:
-    """A workspace episode reads the module and its tests, runs them, edits
-    and runs them again (8 turns hold a repair trace); SQL queries and answers."""
-    return ["--concurrency", "32"] + (["--max-tokens", "512", "--max-turns", "8"] if kind == "workspace" else
-                                      ["--max-tokens", "256", "--max-turns", "4"])  # fmt: skip
+    return ["--concurrency", "32", "--max-tokens", str(EVAL_TOKENS[kind]), "--max-turns", str(EVAL_TURNS[kind])]
 
 
 def _evaluate(
