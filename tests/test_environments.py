@@ -9,7 +9,9 @@ model plays workspace episodes in test_a_real_policy_plays_workspace_episodes.
 
 from __future__ import annotations
 
+import ast
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -122,6 +124,43 @@ def test_a_workspace_episode_with_tools_fixes_the_bug_and_trains_on_exactly_the_
     context = tok.decode(a["tokens"][~mask])
     assert "FAIL test_slugify_2" in context and "PASS test_slugify_3" in context  # the tools' results, masked
     assert "<tool_call>" in context  # the tools are described in the system message (no tools in this template)
+
+
+def test_a_failing_visible_test_says_what_the_call_returned_and_what_it_should(tmp_path: Path) -> None:
+    """The visible tests run as `python3 tests/test_x.py`, without pytest's
+    assertion rewriting: each test's own message carries the two values, so
+    a failing run shows the agent what to change, as pytest would."""
+
+    env = {"PATH": "/usr/bin:/bin", "PYTHONHASHSEED": "0"}  # a planted bug may depend on set order
+
+    def run(work: Path, *argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, *argv], cwd=work, env=env, capture_output=True, text=True, timeout=60)
+
+    seen = 0
+    for task in (t for t in WORKSPACES.values() if not t.task_id.endswith("/implement")):
+        work = tmp_path / task.task_id.replace("/", "_")
+        for rel, text in task.files.items():
+            (work / rel).parent.mkdir(parents=True, exist_ok=True)
+            (work / rel).write_text(text)
+        test = next(p for p in task.files if p.startswith("tests/test_"))
+        out = run(work, test)
+        fails = [line for line in out.stdout.splitlines() if line.startswith("FAIL ")]
+        assert out.returncode == 1 and fails, (task.task_id, out.stdout, out.stderr)
+        for line in fails:
+            name, src = line.split()[1], task.files[test]
+            line_src = src[src.index(f"def {name}():") :].splitlines()[1].strip()  # got, want = f(ARGS), WANT
+            call_node, want_node = ast.parse(line_src).body[0].value.elts  # type: ignore[attr-defined]
+            probe = (
+                f"from {task.entry_point} import *\n"
+                f"try:\n print('AssertionError: returned', repr({ast.unparse(call_node)}), end='')\n"
+                "except Exception as e:\n print(f'{type(e).__name__}: {e}', end='')"
+            )
+            said = run(work, "-c", probe).stdout
+            if said.startswith("AssertionError"):
+                said += f", expected {ast.literal_eval(want_node)!r}"
+            assert line == f"FAIL {name} {said}", line
+            seen += 1
+    assert seen >= len(WORKSPACES) // 3
 
 
 def test_edit_file_changes_the_one_place_the_old_text_is_and_refuses_an_ambiguous_or_missing_one(tok: Any) -> None:

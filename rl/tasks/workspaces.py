@@ -279,7 +279,8 @@ def _expected(u: Unit) -> list[str]:
 
 def _visible_tests(u: Unit, expected: list[str]) -> str:
     cases = "".join(
-        f"\n\ndef test_{u.func}_{i + 1}():\n    assert {u.func}({args}) == {want}\n"
+        f"\n\ndef test_{u.func}_{i + 1}():\n    got, want = {u.func}({args}), {want}\n"
+        '    assert got == want, f"returned {got!r}, expected {want!r}"\n'
         for i, (args, want) in enumerate(zip(u.calls[: u.visible], expected, strict=False))
     )
     return (
@@ -295,7 +296,7 @@ def _visible_tests(u: Unit, expected: list[str]) -> str:
         '                print("PASS", name)\n'
         "            except Exception as e:\n"
         "                failed += 1\n"
-        '                print("FAIL", name, type(e).__name__, e)\n'
+        '                print("FAIL", name, f"{type(e).__name__}: {e}")\n'
         "    sys.exit(1 if failed else 0)\n"
     )
 
