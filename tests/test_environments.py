@@ -163,7 +163,9 @@ def test_a_failing_visible_test_says_what_the_call_returned_and_what_it_should(t
     assert seen >= len(WORKSPACES) // 3
 
 
-def test_edit_file_changes_the_one_place_the_old_text_is_and_refuses_an_ambiguous_or_missing_one(tok: Any) -> None:
+def test_edit_file_changes_the_one_place_old_is_and_refuses_a_missing_ambiguous_or_no_op_one(tok: Any) -> None:
+    """An edit that would leave the file as it was is refused, and a write of
+    what a file holds says so: neither may read as a change to the agent."""
     body = SLUG.files["textkit/slug.py"]
     line = next(x + "\n" for x in body.splitlines() if x.strip().startswith("return"))
     fix = SLUG_FIX[SLUG_FIX.index('"""\n') + 4 :]  # the fixed body, below the docstring the edit leaves alone
@@ -175,18 +177,23 @@ def test_edit_file_changes_the_one_place_the_old_text_is_and_refuses_an_ambiguou
             call("edit_file", path="textkit/slug.py", old="", new="x"),
             call("edit_file", path="textkit/nope.py", old="a", new="b"),
             call("edit_file", path="../slug.py", old="a", new="b"),
+            call("edit_file", path="textkit/slug.py", old=line, new=line),
+            call("write_file", path="textkit/slug.py", content=body),
             call("edit_file", path="textkit/slug.py", old=line, new=fix),
             call("shell", command="python3 tests/test_slug.py") + call("submit"),
         ],
     )
     with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
-        ep = run_episode(SLUG, AgentConfig(max_turns=8), policy, tok, sb, verifier, 8192, seed=1)
+        ep = run_episode(SLUG, AgentConfig(max_turns=10), policy, tok, sb, verifier, 8192, seed=1)
     assert ep.end == "submitted" and ep.verdict.passed, ep.verdict
     assert dict(ep.tool_failures) == {"outside-workspace": 1}
     context = tok.decode(np.asarray(ep.trajectory.tokens)[np.asarray(ep.trajectory.loss_mask) == 0])
     assert context.count("not written: the old text is not in the file") == 2  # a line it lacks, and ""
     assert "the old text is in the file" in context and "times: give more of its lines" in context
     assert "textkit/nope.py: not written: no such file" in context and "edited textkit/slug.py" in context
+    assert "textkit/slug.py: not written: the new text is the old text: the file is unchanged" in context
+    assert f"wrote {len(body)} characters to textkit/slug.py: the same as it held, unchanged" in context
+    assert context.count("edited textkit/slug.py") == 1  # the fix alone
     assert "FAIL" not in context.rsplit("edited textkit/slug.py", 1)[1]  # after the edit, every visible test passes
 
 

@@ -11,7 +11,11 @@ episode's work dir, `/sandbox`. Each reply calls tools (rl.agent.tools):
                                file with `new`: a change without writing out
                                the rest of the file again (its docstrings'
                                quotes, JSON-escaped, are where a small model's
-                               whole-file writes broke)
+                               whole-file writes broke). An edit whose new
+                               text is its old one is refused, and a write of
+                               what a file already holds says so: a warm start
+                               "fixed" code that way, 104 edits in 75 greedy
+                               episodes, each told that it had edited the file
     submit()                   end the episode: the work dir is the answer
 
 The answer is the work dir's final state (text files only, no byte code),
@@ -124,12 +128,15 @@ def run():
             return {"error": "the old text is not in the file" if not found else
                     "the old text is in the file %d times: give more of its lines, so that it is there once" % found}
         P["content"] = text.replace(P["old"], P["new"], 1)
+        if P["content"] == text:
+            return {"error": "the new text is the old text: the file is unchanged"}
+    same = os.path.isfile(full) and not os.path.islink(full) and open(full, "rb").read() == P["content"].encode()
     os.makedirs(os.path.dirname(full), exist_ok=True)
     if os.path.islink(full):
         os.unlink(full)
     with open(full, "w") as f:
         f.write(P["content"])
-    return {"written": len(P["content"])}
+    return {"written": len(P["content"]), "unchanged": same}
 try:
     result = run()
 except OSError as e:
@@ -246,6 +253,8 @@ class WorkspaceEnv(Environment):
             return f"{path}: not written: {got['error']}", ""
         if edit:
             return f"edited {path}: it now has {got['written']} characters", ""
+        if got.get("unchanged"):  # a small model rewrites a file as it was, and would read "wrote" as a change
+            return f"wrote {got['written']} characters to {path}: the same as it held, unchanged", ""
         return f"wrote {got['written']} characters to {path}", ""
 
     def final(self) -> Final:
