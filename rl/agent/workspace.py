@@ -130,7 +130,9 @@ def run():
         P["content"] = text.replace(P["old"], P["new"], 1)
         if P["content"] == text:
             return {"error": "the new text is the old text: the file is unchanged"}
-    same = os.path.isfile(full) and not os.path.islink(full) and open(full, "rb").read() == P["content"].encode()
+    # An edit that got here changes the file; only a write may rewrite what it holds.
+    same = (op == "write" and os.path.isfile(full) and not os.path.islink(full)
+            and open(full, "rb").read() == P["content"].encode())
     os.makedirs(os.path.dirname(full), exist_ok=True)
     if os.path.islink(full):
         os.unlink(full)
