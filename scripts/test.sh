@@ -52,7 +52,7 @@ names=(stream-1 stream-2)
 pids=()
 # Stopped, this script stops its streams: their command lines do not name the
 # clone, so a stream left running would go on beside the next run, with its --basetemp.
-trap 'kill -TERM "${pids[@]}" 2>/dev/null; exit 143' TERM INT HUP
+trap 'kill -TERM "${pids[@]}" 2>/dev/null; rm -rf "$logs"; exit 143' TERM INT HUP
 for i in 0 1; do
   OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv/bin/python -m pytest -p no:cacheprovider --basetemp="/tmp/sarl-tests-${names[$i]}" --stream $((i + 1)) \
     >"$logs/${names[$i]}" 2>&1 &

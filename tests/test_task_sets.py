@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 from conftest import sarl
 
-from rl.tasks.format import read_tasks
+from rl.tasks.format import Task, read_tasks
 from rl.tasks.instances import fresh, instance_leaks
 from rl.tasks.leakage import find_leaks, reference_program, template
 from rl.tasks.synthesis import synthesize
+from rl.tasks.workspace_functions import function_workspaces
 
 
 def test_fresh_instances_share_the_template_and_nothing_else() -> None:
@@ -34,6 +35,48 @@ def test_fresh_instances_share_the_template_and_nothing_else() -> None:
 def test_a_template_without_constants_has_no_fresh_instance() -> None:
     tasks = synthesize("counting", 30, seed=1, difficulty=2)  # longest_run: one program
     assert {template(t) for t in tasks} and fresh(tasks[0], 3, seed=1, avoid=tasks) == []
+
+
+def _after_docstring(t: Task) -> str:
+    """A workspace reference's function past its docstring, its name masked:
+    the program, told apart by its text rather than by an AST."""
+    source = json.loads(t.reference)[t.entry_point.replace(".", "/") + ".py"]
+    return source.split('"""', 2)[2].replace(str(t.metadata["function"]), "<F>")
+
+
+def test_a_workspace_instance_of_a_trained_function_leaks_whatever_its_docstring_examples() -> None:
+    """Workspaces built from the generated functions of seeds 0 and 1: where
+    the two seeds drew one program (its examples and name drawn anew), the
+    held task is a reference leak; where the program differs, neither the
+    instruction (it names only a function and a path) nor anything else is."""
+    train, held = function_workspaces(seed=0), function_workspaces(seed=1)
+    programs = {_after_docstring(t) for t in train}
+    same = {h.task_id for h in held if _after_docstring(h) in programs}
+    modules = {t.reference for t in train}
+    other_doc = [h for h in held if h.task_id in same and h.reference not in modules]
+    assert len(same) >= 20 and other_doc, (len(same), len(other_doc))  # the case: one program, another docstring
+    report = instance_leaks(train, held)
+    assert {x.held for x in report.leaks if x.kind == "reference"} == same
+    assert report.leaking == same, sorted(report.leaking ^ same)[:5]  # nothing else flagged, by prompt or otherwise
+
+    # the same program written otherwise: the function's behaviour key travels with its workspaces
+    composed = [t for t in synthesize("all", 90, seed=0) if t.metadata.get("behaviour")]
+    carried = {str(t.metadata["behaviour"]) for t in train if t.metadata.get("behaviour")}
+    assert composed and carried == {str(t.metadata["behaviour"]) for t in composed}
+    one = next(t for t in train if t.metadata.get("behaviour"))
+    rewritten = one.model_copy(
+        update={
+            "task_id": "rewritten",
+            "reference": json.dumps(
+                {
+                    one.entry_point.replace(".", "/")
+                    + ".py": f"def {one.metadata['function']}(*args):\n    return None\n"
+                }
+            ),
+        }
+    )
+    kinds = {x.kind for x in instance_leaks([one], [rewritten]).leaks}
+    assert "behaviour" in kinds and "reference" not in kinds, kinds  # the program differs, its outputs do not
 
 
 @pytest.mark.slow  # 39 s alone: out of the fast tier

@@ -15,11 +15,15 @@ instance is fresh when it shares nothing at the instance level
 The instance level, checked for every pair of a training and a held task:
 - **prompt**: the same prompt, once whitespace is normalised;
 - **reference**: the same reference program (rl.tasks.leakage.reference_program:
-  equal ASTs, constants included);
+  equal ASTs, constants included; a workspace's, its function's body);
 - **behaviour**: the same outputs on the family's probe inputs (the same
-  function written differently);
+  function written differently; a workspace built from a generated function
+  carries that function's);
 - **near-duplicate**: the whole prompts' MinHash signatures (examples and
   constants included) agree on at least `threshold` (0.9) of their values.
+A workspace task's prompt is its instruction and its function as the module
+shows it, docstring examples included: the instruction alone names only a
+function and a path.
 Other instances of one template differ in their constants and examples, so
 the template-level check (which masks constants and ignores examples) finds
 them and this one does not.
@@ -36,7 +40,7 @@ import numpy as np
 
 from rl.tasks.dedup import minhash, words
 from rl.tasks.format import Task
-from rl.tasks.leakage import Leak, LeakReport, reference_program, template
+from rl.tasks.leakage import Leak, LeakReport, reference_program, template, workspace_function
 
 KINDS = ("prompt", "reference", "behaviour", "near-duplicate")
 """The kinds of leak at the instance level."""
@@ -89,12 +93,21 @@ class Keys:
         return out
 
 
+def _shown(t: Task) -> str:
+    """What the task shows the model: its prompt and, for a workspace, its
+    function as the module shows it (the instruction alone names a function
+    and a path; the docstring and its examples are the instance)."""
+    fn = workspace_function(t)
+    return t.prompt if fn is None else f"{t.prompt}\n{fn}"
+
+
 def _prompt(t: Task) -> str:
-    return re.sub(r"\s+", " ", t.prompt).strip()
+    return re.sub(r"\s+", " ", _shown(t)).strip()
 
 
 def _signature(t: Task) -> np.ndarray:
-    return minhash(t.prompt, 3, tokens=words(t.prompt))
+    text = _shown(t)
+    return minhash(text, 3, tokens=words(text))
 
 
 def instance_leaks(train: Iterable[Task], held: list[Task], threshold: float = NEAR) -> LeakReport:

@@ -9,7 +9,8 @@ a held-out and a training task:
   the same template with other constants; stricter than masking constants
   alone, since a template may draw its function's name);
 - **reference**: the reference solutions are the same program: equal ASTs
-  once docstrings, layout and the function's name are normalised away;
+  once docstrings, layout and the function's name are normalised away (a
+  workspace's: the body of its function in the module its patch writes);
 - **near-duplicate**: the descriptions' MinHash signatures (word 3-shingles,
   rl.tasks.dedup) agree on at least `threshold` of their values (estimated
   Jaccard), which catches reworded and lightly edited prompts.
@@ -23,6 +24,7 @@ stronger guard against the second.
 from __future__ import annotations
 
 import ast
+import json
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -100,14 +102,32 @@ def _strip_docstrings(tree: ast.AST) -> None:
                 node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
 
 
+def _reference_sources(task: Task) -> tuple[list[str], str]:
+    """Where a reference's program may be, and the name of its function.
+    A workspace's reference is a whole-file patch ({path: content}): its
+    program is the entry module's content, its function the one the task
+    names (metadata `function`). Any other reference is either a whole module
+    or, as in HumanEval, the body that follows the prompt."""
+    if task.test_format == "workspace" and task.metadata.get("function"):
+        try:
+            patch = json.loads(task.reference)
+        except ValueError:
+            return [], ""
+        source = patch.get(task.entry_point.replace(".", "/") + ".py") if isinstance(patch, dict) else None
+        return ([source] if isinstance(source, str) else []), str(task.metadata["function"])
+    return [textwrap.dedent(task.reference), task.prompt + task.reference], task.entry_point
+
+
 def reference_program(task: Task) -> str | None:
     """The reference as a normalised AST dump; None when there is none or it
-    does not parse. A reference is either a whole module or, as in HumanEval,
-    the body that follows the prompt: then the entry point's body is taken."""
+    does not parse. Where the source holds the task's function, its body
+    alone is taken: the same program under another name, docstring or set of
+    docstring examples (another instance's) is the same program."""
     if not task.reference.strip():
         return None
+    sources, name = _reference_sources(task)
     tree: ast.AST | None = None
-    for source in (textwrap.dedent(task.reference), task.prompt + task.reference):
+    for source in sources:
         try:
             tree = ast.parse(source)
             break
@@ -115,15 +135,15 @@ def reference_program(task: Task) -> str | None:
             continue
     if tree is None:
         return None
-    if isinstance(tree, ast.Module) and len(tree.body) > 0:  # the prompt's function: its body alone
-        fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == task.entry_point]
+    if isinstance(tree, ast.Module) and len(tree.body) > 0:  # the task's function: its body alone
+        fns = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name]
         if fns:
             tree = ast.Module(body=fns[0].body, type_ignores=[])
     _strip_docstrings(tree)
     for node in ast.walk(tree):  # the function's name is the template's, not the program's
-        if isinstance(node, ast.Name) and node.id == task.entry_point:
+        if isinstance(node, ast.Name) and node.id == name:
             node.id = "_f"
-        elif isinstance(node, ast.FunctionDef) and node.name == task.entry_point:
+        elif isinstance(node, ast.FunctionDef) and node.name == name:
             node.name = "_f"
     return ast.dump(tree, annotate_fields=False, include_attributes=False)
 

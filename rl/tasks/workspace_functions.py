@@ -78,10 +78,15 @@ def function_workspaces(seed: int = 0, functions: int = 90) -> list[Task]:
     out: list[Task] = []
     for fn in synthesize("all", functions, seed):
         key = hashlib.sha256(template(fn).encode()).hexdigest()[:10]
-        out += build_tasks(
+        built = build_tasks(
             unit_of(fn),
             source="sarl-workspace-generated",
             template_key=f"workspace/{fn.metadata['family']}/{key}",
             task_key=fn.task_id.removeprefix("gen/"),
         )
+        # the function's outputs on its family's probe inputs: the instance-level
+        # leak check (rl.tasks.instances) finds the same function written otherwise
+        if behaviour := fn.metadata.get("behaviour"):
+            built = [t.model_copy(update={"metadata": {**t.metadata, "behaviour": behaviour}}) for t in built]
+        out += built
     return out
