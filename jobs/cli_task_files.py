@@ -52,6 +52,9 @@ def add_task_files(tsub: Any) -> None:
     s.add_argument("--repair-share", type=float, default=0.3, metavar="FRACTION",
                    help="of the tasks that can have one, those that also get a trace with a wrong step and its "
                    "repair (drawn from the task id)")  # fmt: skip
+    s.add_argument("--refused-share", type=float, default=0.0, metavar="FRACTION",
+                   help="of the workspace tasks, those that also get a trace whose first edit is refused (its old "
+                   "text retyped with the indentation wrong) and answered (drawn from the task id)")  # fmt: skip
     s.add_argument("--model", default="smollm2-135m-instruct", help="whose tokenizer and chat template the replay uses")
     s.add_argument("--parallel", type=int, default=2, metavar="N", help="replays at once")
     s.set_defaults(handler=tool_traces)
@@ -126,12 +129,13 @@ def tool_traces(args: argparse.Namespace) -> int:
     from rl.tasks.format import read_tasks
     from rl.tasks.traces import traces
 
-    if not 0.0 <= args.repair_share <= 1.0:
-        raise ConfigError(f"--repair-share {args.repair_share}: a fraction from 0 to 1")
+    for flag, share in (("--repair-share", args.repair_share), ("--refused-share", args.refused_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ConfigError(f"{flag} {share}: a fraction from 0 to 1")
     if args.parallel < 1:
         raise ConfigError(f"--parallel {args.parallel}: at least 1")
     tasks = list(read_tasks(args.file))
-    pairs = [(t, tr) for t in tasks for tr in traces(t, args.repair_share)]
+    pairs = [(t, tr) for t in tasks for tr in traces(t, args.repair_share, args.refused_share)]
     if not pairs:
         raise ConfigError(f"{args.file}: no SQL task and no workspace task of a function: nothing to trace")
     from rl.episodes.replay import check_traces
@@ -158,8 +162,10 @@ def tool_traces(args: argparse.Namespace) -> int:
     ]
     atomic_write(out, "".join(json.dumps(line) + "\n" for line in lines))
     repairs = sum(tr.kind == "repair" for _, tr in pairs)
+    refused = sum(tr.kind == "refused" for _, tr in pairs)
     print(
-        f"wrote {len(pairs)} traces ({len(pairs) - repairs} direct, {repairs} with a repair) of "
+        f"wrote {len(pairs)} traces ({len(pairs) - repairs - refused} direct, {repairs} with a repair"
+        f"{f', {refused} answering a refused edit' if refused else ''}) of "
         f"{len({t.task_id for t, _ in pairs})} of {len(tasks)} tasks to {out}; each replayed in its environment "
         f"to reward 1 ({time.monotonic() - t0:.0f} s)",
         file=sys.stderr,

@@ -63,6 +63,30 @@ def test_a_trace_is_the_episode_format_and_a_repair_takes_a_wrong_step_first() -
     assert drawn == [len(traces(t, 0.3)) == 2 for t in sql_tasks()] and 0.2 < sum(drawn) / len(drawn) < 0.4
 
 
+def test_a_refused_trace_retypes_the_old_text_wrong_then_copies_it() -> None:
+    """Every workspace task can have one; its refused edit's `old` is not in
+    the file (so `edit_file` refuses it) and differs from the right one in
+    whitespace alone; the next reply is the direct edit; SQL has none."""
+    ws = workspace_tasks() + function_workspaces()
+    tabbed = 0
+    for t in ws:
+        [direct, refused] = traces(t, repair_share=0.0, refused_share=1.0)
+        assert refused.kind == "refused" and refused.untrained == (3,)
+        assert refused.replies[:3] == direct.replies[:3] and refused.replies[5:] == direct.replies[4:]
+        call_of = lambda r: r.split("<tool_call>")[1]  # noqa: E731
+        assert call_of(refused.replies[4]) == call_of(direct.replies[3])  # then the direct trace's edit
+        [(path, fixed)] = json.loads(t.reference).items()
+        wrong = json.loads(refused.replies[3].split("<tool_call>")[1].removesuffix("</tool_call>"))["arguments"]
+        right = edit(t.files[path], fixed)
+        assert wrong["path"] == path and wrong["new"] == right["new"] and wrong["old"] not in t.files[path]
+        assert "".join(wrong["old"].split()) == "".join(right["old"].split())  # whitespace alone differs
+        tabbed += "\t" in wrong["old"]
+    assert 0 < tabbed < len(ws)  # a one-line old text cannot lose its indentation and be refused
+    assert [x.kind for x in traces(sql_tasks()[0], repair_share=1.0, refused_share=1.0)] == ["direct", "repair"]
+    drawn = [len(traces(t, 0.0, 0.3)) == 2 for t in ws]  # drawn apart from the repair share
+    assert 0.15 < sum(drawn) / len(drawn) < 0.45 and drawn != [len(traces(t, 0.3)) == 2 for t in ws]
+
+
 def test_every_turn_limit_of_a_tool_episode_holds_the_longest_trace_of_its_kind() -> None:
     """The limits are written by hand (bench learn's evaluation, examples/tools-rl.toml);
     a trace that grows past one would be cut short in evaluation and RL alike."""
@@ -71,7 +95,7 @@ def test_every_turn_limit_of_a_tool_episode_holds_the_longest_trace_of_its_kind(
     from rl.bench.tool_gain import EVAL_TURNS
 
     longest = {
-        kind: max(len(t.replies) for task in tasks for t in traces(task, repair_share=1.0))
+        kind: max(len(t.replies) for task in tasks for t in traces(task, repair_share=1.0, refused_share=1.0))
         for kind, tasks in (("sql", sql_tasks()), ("workspace", workspace_tasks() + function_workspaces()))
     }
     assert longest["workspace"] > longest["sql"] >= 3  # a repair trace is the longest of each
@@ -115,10 +139,12 @@ def test_sarl_tasks_traces_writes_nothing_when_a_trace_fails_and_refuses_a_file_
 ) -> None:
     tasks = sql_tasks()[:6] + function_workspaces(functions=3)
     write_tasks(workdir / "t.jsonl", tasks)
-    out = sarl("tasks", "traces", "t.jsonl", "--repair-share", "0.5", cwd=workdir)
+    out = sarl("tasks", "traces", "t.jsonl", "--repair-share", "0.5", "--refused-share", "0.5", cwd=workdir)
     lines = [json.loads(x) for x in (workdir / "t.traces.jsonl").read_text().splitlines()]
     assert {x["task_id"] for x in lines} == {t.task_id for t in tasks} and "to reward 1" in out.stderr
-    assert {x["kind"] for x in lines} == {"direct", "repair"}
+    assert {x["kind"] for x in lines} == {"direct", "repair", "refused"}
+    refused = sum(x["kind"] == "refused" for x in lines)
+    assert f", {refused} answering a refused edit)" in out.stderr
     # a task whose hidden check disagrees with its reference: the trace fails, nothing is written
     wrong = tasks[0].model_copy(update={"tests": json.dumps({"reference": "SELECT 1", "ordered": False})})
     write_tasks(workdir / "w.jsonl", [wrong, *tasks[1:3]])
@@ -130,22 +156,26 @@ def test_sarl_tasks_traces_writes_nothing_when_a_trace_fails_and_refuses_a_file_
     assert none.returncode == 2 and "nothing to trace" in none.stderr
     share = sarl("tasks", "traces", "t.jsonl", "--repair-share", "1.5", cwd=workdir, check=False)
     assert share.returncode == 2 and "--repair-share 1.5" in share.stderr
+    share = sarl("tasks", "traces", "t.jsonl", "--refused-share", "-0.1", cwd=workdir, check=False)
+    assert share.returncode == 2 and "--refused-share -0.1" in share.stderr
 
 
 @pytest.mark.slow  # about 2 min: every shipped SQL and workspace task
 def test_every_shipped_trace_replays_to_reward_1(workdir: Path) -> None:
-    for family in ("sql", "workspace"):
+    for family, refused in (("sql", []), ("workspace", ["--refused-share", "1"])):
         sarl("tasks", "generate", "--family", family, "-o", f"{family}.jsonl", cwd=workdir)
-        out = sarl("tasks", "traces", f"{family}.jsonl", cwd=workdir)
+        out = sarl("tasks", "traces", f"{family}.jsonl", *refused, cwd=workdir)
         lines = [json.loads(x) for x in (workdir / f"{family}.traces.jsonl").read_text().splitlines()]
         tasks = list(read_tasks(workdir / f"{family}.jsonl"))
         assert {x["task_id"] for x in lines} == {t.task_id for t in tasks}, out.stderr
         assert sum(x["kind"] == "repair" for x in lines) >= 20
+        # every workspace task answers a refused edit too
+        assert sum(x["kind"] == "refused" for x in lines) == (len(tasks) if refused else 0)
 
 
 def _written_traces(workdir: Path, tasks: list[Any]) -> list[dict[str, Any]]:
     write_tasks(workdir / "tools.jsonl", tasks)
-    sarl("tasks", "traces", "tools.jsonl", "--repair-share", "1", cwd=workdir)
+    sarl("tasks", "traces", "tools.jsonl", "--repair-share", "1", "--refused-share", "1", cwd=workdir)
     return [json.loads(x) for x in (workdir / "tools.traces.jsonl").read_text().splitlines()]
 
 
@@ -159,11 +189,11 @@ def test_the_warm_starts_loss_covers_only_the_policys_replies(workdir: Path, tok
         t for t in function_workspaces(functions=8) if t.task_id.endswith("/fix") and "first_attempt" in t.metadata
     )
     lines = _written_traces(workdir, [sql_tasks()[3], fix])
-    assert [x["kind"] for x in lines] == ["direct", "repair", "direct", "repair"]
-    assert [x["untrained"] for x in lines] == [[], [0], [], [3]]
+    assert [x["kind"] for x in lines] == ["direct", "repair", "direct", "repair", "refused"]
+    assert [x["untrained"] for x in lines] == [[], [0], [], [3], [3]]
     data = Traces(workdir / "tools.traces.jsonl", tok, seed=0, max_tokens=16384)
-    samples = {(s.task_id, len(s.tokens)): s for s in data.step(0, 4)}
-    assert len(samples) == 4  # one pass: every trace once
+    samples = {(s.task_id, len(s.tokens)): s for s in data.step(0, 5)}
+    assert len(samples) == 5  # one pass: every trace once
     for line in lines:
         s = samples[(line["task_id"], len(line["tokens"]))]
         mask = s.loss_mask.astype(bool)
@@ -171,9 +201,11 @@ def test_the_warm_starts_loss_covers_only_the_policys_replies(workdir: Path, tok
         policy = [r for i, r in enumerate(line["replies"]) if i not in line["untrained"]]
         assert trained == "".join(r + "<|im_end|>" for r in policy)  # the replies and nothing else
         context = tok.decode(s.tokens[~mask])
-        for i in line["untrained"]:  # a repair's wrong step is context, and the tests showed it failing
+        for i in line["untrained"]:  # a wrong step is context, and what it got showed it wrong
             assert line["replies"][i] in context
-            assert "FAIL" in context.split(line["replies"][i])[1] or "no such column" in context
+            shown = context.split(line["replies"][i])[1]
+            want = {"refused": "the old text is not in the file", "repair": "FAIL"}[line["kind"]]
+            assert want in shown or "no such column" in context
         assert "tool_call" in context and ("[sql]" in context or "PASS" in context)  # observations: context
         assert not any(o in trained for o in ("[sql]", "PASS", "FAIL", "(1 row)"))
     # another tokenizer's ids are refused, naming the file; so is a line that is not a trace

@@ -23,11 +23,18 @@ The `repair` variant takes a wrong step first and then repairs it:
                reference), run the tests, see them fail, then edit to the
                reference
 
+The `refused` variant (workspace) answers a refused tool call: its first edit
+gives the old text with its indentation wrong (lost, or in tabs), as a model
+that retypes the lines rather than copying them does; `edit_file` refuses it ("the old text
+is not in the file"), and the next reply says why and gives the edit with
+the old text copied exactly, then goes on as the direct trace.
+
 The wrong step is context, not trained (`Trace.untrained`): the warm start
 learns to read a failure and repair it, not to make the mistake first.
 
-Which tasks get a repair trace is drawn from the task id (`repair_share`),
-so a file's traces are the same on every machine.
+Which tasks get a repair and a refused trace is drawn from the task id
+(`repair_share`, `refused_share`), so a file's traces are the same on every
+machine.
 """
 
 from __future__ import annotations
@@ -41,7 +48,8 @@ from typing import Any, Literal
 
 from rl.tasks.format import Task
 
-KINDS = ("direct", "repair")
+KINDS = ("direct", "repair", "refused")
+Kind = Literal["direct", "repair", "refused"]
 TOOL_FORMATS = ("sql", "workspace")
 """The test formats (environments) that have traces."""
 
@@ -51,7 +59,7 @@ class Trace:
     """One correct trajectory of a task: the policy's replies, in order."""
 
     task_id: str
-    kind: Literal["direct", "repair"]
+    kind: Kind
     replies: list[str] = field(default_factory=list)
     untrained: tuple[int, ...] = ()
     """Indices of the replies that are context, not trained: a repair's wrong step."""
@@ -65,35 +73,41 @@ def call(name: str, **arguments: object) -> str:
     return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
 
 
-def _drawn(task_id: str, share: float) -> bool:
-    digest = hashlib.sha256(f"repair/{task_id}".encode()).digest()
+def _drawn(kind: str, task_id: str, share: float) -> bool:
+    digest = hashlib.sha256(f"{kind}/{task_id}".encode()).digest()
     return int.from_bytes(digest[:4], "big") / 2**32 < share
 
 
-def traces(task: Task, repair_share: float = 0.3) -> list[Trace]:
-    """The direct trace of a tool task, and its repair trace where the task
-    has one and is drawn for it; [] for a task of another format."""
+def traces(task: Task, repair_share: float = 0.3, refused_share: float = 0.0) -> list[Trace]:
+    """The direct trace of a tool task, then its repair and its refused trace
+    where the task has one and is drawn for it; [] for a task of another
+    format."""
     if task.test_format == "sql":
         make = _sql
     elif task.test_format == "workspace" and task.metadata.get("function"):
         make = _workspace
     else:
         return []
-    out = [Trace(task.task_id, "direct", *make(task, repair=False))]
-    can_repair = task.test_format == "sql" or "first_attempt" in task.metadata
-    if can_repair and _drawn(task.task_id, repair_share):
-        out.append(Trace(task.task_id, "repair", *make(task, repair=True)))
+    out = [Trace(task.task_id, "direct", *make(task, "direct"))]
+    can = {
+        "repair": task.test_format == "sql" or "first_attempt" in task.metadata,
+        "refused": task.test_format == "workspace" and _retyped(task) is not None,
+    }
+    shares: tuple[tuple[Kind, float], ...] = (("repair", repair_share), ("refused", refused_share))
+    for kind, share in shares:
+        if can[kind] and _drawn(kind, task.task_id, share):
+            out.append(Trace(task.task_id, kind, *make(task, kind)))
     return out
 
 
 # Each maker returns the trace's replies and the indices of those left untrained.
 
 
-def _sql(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
+def _sql(task: Task, kind: Kind) -> tuple[list[str], tuple[int, ...]]:
     query = task.reference.strip()
     replies: list[str] = []
     untrained: tuple[int, ...] = ()
-    if repair:
+    if kind == "repair":
         untrained = (0,)  # the bad query
         table = re.search(r"\bFROM\s+(\w+)", query, re.I)
         wrong = f"SELECT missing_column FROM {table.group(1) if table else 'data'} LIMIT 5"
@@ -105,7 +119,7 @@ def _sql(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
     return replies, untrained
 
 
-def _workspace(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
+def _workspace(task: Task, kind: Kind) -> tuple[list[str], tuple[int, ...]]:
     [(path, fixed)] = json.loads(task.reference).items()
     test = next(p for p in sorted(task.files) if p.startswith("tests/test_") and p.endswith(".py"))
     run_tests = call("shell", command=f"python3 {test}")
@@ -119,7 +133,7 @@ def _workspace(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
     ]
     given = task.files[path]
     untrained: tuple[int, ...] = ()
-    if repair:
+    if kind == "repair":
         untrained = (len(replies),)  # the wrong edit
         first = task.metadata["first_attempt"]
         # the wrong edit reads as the direct trace's edit: the context is the
@@ -131,6 +145,15 @@ def _workspace(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
             "Some tests still fail; let me read the code again and make it do exactly what the docstring says.\n"
             + call("edit_file", path=path, **edit(first, fixed)),
         ]
+    elif kind == "refused":
+        untrained = (len(replies),)  # the edit that is refused
+        right = edit(given, fixed)
+        replies += [
+            "I will change the code to do what the docstring says.\n"
+            + call("edit_file", path=path, old=_retyped(task), new=right["new"]),
+            "The edit was refused: its old text must be copied from the file exactly, indentation included.\n"
+            + call("edit_file", path=path, **right),
+        ]
     else:
         replies.append(
             "I will change the code to do what the docstring says.\n"
@@ -138,6 +161,19 @@ def _workspace(task: Task, repair: bool) -> tuple[list[str], tuple[int, ...]]:
         )
     replies += [f"Let me run the tests again.\n{run_tests}", "The tests pass.\n" + call("submit")]
     return replies, untrained
+
+
+def _retyped(task: Task) -> str | None:
+    """The direct edit's old text retyped with its indentation wrong: each
+    line's lost or, where that is still in the module (a one-line old text
+    is), each level a tab. None where neither is refused by `edit_file` (the
+    text is in the module as given)."""
+    [(path, fixed)] = json.loads(task.reference).items()
+    given = task.files[path]
+    lines = edit(given, fixed)["old"].splitlines(keepends=True)
+    lost = "".join(line.lstrip(" \t") for line in lines)
+    tabs = "".join(re.sub(r"^(?:    )+", lambda m: "\t" * (len(m.group()) // 4), line) for line in lines)
+    return next((w for w in (lost, tabs) if w not in given), None)
 
 
 def edit(before: str, after: str) -> dict[str, str]:
