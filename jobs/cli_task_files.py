@@ -127,7 +127,7 @@ def tool_traces(args: argparse.Namespace) -> int:
     from rl.errors import ConfigError
     from rl.fsio import atomic_write
     from rl.tasks.format import read_tasks
-    from rl.tasks.traces import traces
+    from rl.tasks.traces import TraceError, traces
 
     for flag, share in (("--repair-share", args.repair_share), ("--refused-share", args.refused_share)):
         if not 0.0 <= share <= 1.0:
@@ -135,7 +135,18 @@ def tool_traces(args: argparse.Namespace) -> int:
     if args.parallel < 1:
         raise ConfigError(f"--parallel {args.parallel}: at least 1")
     tasks = list(read_tasks(args.file))
-    pairs = [(t, tr) for t in tasks for tr in traces(t, args.repair_share, args.refused_share)]
+    pairs, untraceable = [], []
+    for t in tasks:
+        try:
+            pairs += [(t, tr) for tr in traces(t, args.repair_share, args.refused_share)]
+        except TraceError as e:
+            untraceable.append(str(e))
+    if untraceable:
+        shown = untraceable[:20] + ([f"... and {len(untraceable) - 20} more"] if len(untraceable) > 20 else [])
+        raise TraceError(
+            "\n".join(shown)
+            + f"\n{len(untraceable)} of {len(tasks)} tasks in {args.file} give no trace: nothing written"
+        )
     if not pairs:
         raise ConfigError(f"{args.file}: no SQL task and no workspace task of a function: nothing to trace")
     from rl.episodes.replay import check_traces

@@ -158,6 +158,20 @@ def test_sarl_tasks_traces_writes_nothing_when_a_trace_fails_and_refuses_a_file_
     assert share.returncode == 2 and "--repair-share 1.5" in share.stderr
     share = sarl("tasks", "traces", "t.jsonl", "--refused-share", "-0.1", cwd=workdir, check=False)
     assert share.returncode == 2 and "--refused-share -0.1" in share.stderr
+    # a task whose reference gives no trace: named with the field that is wrong, before any replay
+    ws = next(t for t in tasks if t.test_format == "workspace" and "first_attempt" in t.metadata)
+    [(path, fixed)] = json.loads(ws.reference).items()
+    broken = {
+        "already is its reference": ws.model_copy(update={"files": {**ws.files, path: fixed}}),
+        "reference: one file": ws.model_copy(update={"reference": json.dumps({path: fixed, "x.py": ""})}),
+        "metadata.first_attempt": ws.model_copy(update={"metadata": {**ws.metadata, "first_attempt": fixed}}),
+        "reference: no query": tasks[0].model_copy(update={"reference": " "}),
+    }
+    for why, task in broken.items():
+        write_tasks(workdir / "b.jsonl", [*tasks[1:3], task.model_copy(update={"task_id": "broken"})])
+        bad = sarl("tasks", "traces", "b.jsonl", "-o", "b.out.jsonl", "--repair-share", "1", cwd=workdir, check=False)
+        assert bad.returncode == 2 and "broken: no trace from its reference: " in bad.stderr and why in bad.stderr
+        assert "1 of 3 tasks" in bad.stderr and "Traceback" not in bad.stderr and not (workdir / "b.out.jsonl").exists()
 
 
 @pytest.mark.slow  # about 2 min: every shipped SQL and workspace task

@@ -46,12 +46,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from rl.errors import SarlError
 from rl.tasks.format import Task
 
 KINDS = ("direct", "repair", "refused")
 Kind = Literal["direct", "repair", "refused"]
 TOOL_FORMATS = ("sql", "workspace")
 """The test formats (environments) that have traces."""
+
+
+class TraceError(SarlError, ValueError):
+    """A tool task whose reference gives no trace; the message names the task and why."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True)
@@ -88,16 +95,46 @@ def traces(task: Task, repair_share: float = 0.3, refused_share: float = 0.0) ->
         make = _workspace
     else:
         return []
-    out = [Trace(task.task_id, "direct", *make(task, "direct"))]
     can = {
-        "repair": task.test_format == "sql" or "first_attempt" in task.metadata,
-        "refused": task.test_format == "workspace" and _retyped(task) is not None,
+        "repair": lambda: task.test_format == "sql" or "first_attempt" in task.metadata,
+        "refused": lambda: task.test_format == "workspace" and _retyped(task) is not None,
     }
     shares: tuple[tuple[Kind, float], ...] = (("repair", repair_share), ("refused", refused_share))
-    for kind, share in shares:
-        if can[kind] and _drawn(kind, task.task_id, share):
-            out.append(Trace(task.task_id, kind, *make(task, kind)))
+    try:
+        out = [Trace(task.task_id, "direct", *make(task, "direct"))]
+        for kind, share in shares:
+            if _drawn(kind, task.task_id, share) and can[kind]():
+                out.append(Trace(task.task_id, kind, *make(task, kind)))
+    except TraceError:
+        raise
+    except ValueError as e:  # rl.tasks.traces.edit: two texts no edit turns one into the other
+        raise TraceError(f"{task.task_id}: no trace from its reference: {e}") from None
     return out
+
+
+def _module(task: Task) -> tuple[str, str, str, str]:
+    """A workspace task's module path, its content as given and as its
+    reference writes it, and its visible test file; TraceError where the
+    task does not have them, or its module already is the reference."""
+
+    def no(why: str) -> TraceError:
+        return TraceError(f"{task.task_id}: no trace from its reference: {why}")
+
+    try:
+        patch = json.loads(task.reference)
+    except ValueError:
+        raise no("reference: not a JSON object {path: content}") from None
+    if not isinstance(patch, dict) or len(patch) != 1 or not all(isinstance(v, str) for v in patch.values()):
+        raise no("reference: one file, {path: content}, is what a trace edits")
+    [(path, fixed)] = patch.items()
+    if path not in task.files:
+        raise no(f"reference: {path} is not one of the task's files")
+    test = next((p for p in sorted(task.files) if p.startswith("tests/test_") and p.endswith(".py")), None)
+    if test is None:
+        raise no("files: no tests/test_*.py for the trace to run")
+    if task.files[path] == fixed:
+        raise no(f"files: {path} already is its reference, so there is nothing to edit")
+    return path, task.files[path], fixed, test
 
 
 # Each maker returns the trace's replies and the indices of those left untrained.
@@ -105,6 +142,8 @@ def traces(task: Task, repair_share: float = 0.3, refused_share: float = 0.0) ->
 
 def _sql(task: Task, kind: Kind) -> tuple[list[str], tuple[int, ...]]:
     query = task.reference.strip()
+    if not query:
+        raise TraceError(f"{task.task_id}: no trace from its reference: reference: no query")
     replies: list[str] = []
     untrained: tuple[int, ...] = ()
     if kind == "repair":
@@ -120,8 +159,7 @@ def _sql(task: Task, kind: Kind) -> tuple[list[str], tuple[int, ...]]:
 
 
 def _workspace(task: Task, kind: Kind) -> tuple[list[str], tuple[int, ...]]:
-    [(path, fixed)] = json.loads(task.reference).items()
-    test = next(p for p in sorted(task.files) if p.startswith("tests/test_") and p.endswith(".py"))
+    path, given, fixed, test = _module(task)
     run_tests = call("shell", command=f"python3 {test}")
     # the test file holds the calls and their expected values; the runner's
     # failure lines name a test alone, so a fix made without reading it has
@@ -131,11 +169,15 @@ def _workspace(task: Task, kind: Kind) -> tuple[list[str], tuple[int, ...]]:
         f"Now the tests, to see what the function must return.\n{call('read_file', path=test)}",
         f"Let me run the tests to see which fail.\n{run_tests}",
     ]
-    given = task.files[path]
     untrained: tuple[int, ...] = ()
     if kind == "repair":
         untrained = (len(replies),)  # the wrong edit
         first = task.metadata["first_attempt"]
+        if not isinstance(first, str) or first in (given, fixed):
+            raise TraceError(
+                f"{task.task_id}: no trace from its reference: metadata.first_attempt: "
+                "not a wrong version of the module (a text other than the module as given and its reference)"
+            )
         # the wrong edit reads as the direct trace's edit: the context is the
         # one an episode has when its first edit was wrong
         replies += [
@@ -168,8 +210,7 @@ def _retyped(task: Task) -> str | None:
     line's lost or, where that is still in the module (a one-line old text
     is), each level a tab. None where neither is refused by `edit_file` (the
     text is in the module as given)."""
-    [(path, fixed)] = json.loads(task.reference).items()
-    given = task.files[path]
+    _, given, fixed, _ = _module(task)
     lines = edit(given, fixed)["old"].splitlines(keepends=True)
     lost = "".join(line.lstrip(" \t") for line in lines)
     tabs = "".join(re.sub(r"^(?:    )+", lambda m: "\t" * (len(m.group()) // 4), line) for line in lines)
