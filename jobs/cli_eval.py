@@ -77,7 +77,8 @@ def run(args: argparse.Namespace) -> int:
     if "tool_valid_share" in summary:
         print(
             f"  tool calls: {summary['tool_calls_per_sample']} per sample, "
-            f"{summary['tool_valid_share']:.1%} of them valid"
+            f"{summary['tool_valid_share']:.1%} of them valid, "
+            f"{summary['tool_error_share']:.1%} answered with an error (an edit not applied, a SQL error)"
         )
     if summary["failures"]:
         print("  failures: " + ", ".join(f"{why} {n}" for why, n in summary["failures"].items()))

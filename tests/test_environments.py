@@ -186,7 +186,8 @@ def test_edit_file_changes_the_one_place_old_is_and_refuses_a_missing_ambiguous_
     with open_sandbox() as sb, Verifier(VerifyConfig(parallel=1)) as verifier:
         ep = run_episode(SLUG, AgentConfig(max_turns=10), policy, tok, sb, verifier, 8192, seed=1)
     assert ep.end == "submitted" and ep.verdict.passed, ep.verdict
-    assert dict(ep.tool_failures) == {"outside-workspace": 1}
+    # missing, ambiguous, empty, on a file not there, a no-op: each a valid call the tool answered with an error
+    assert dict(ep.tool_failures) == {"outside-workspace": 1, "tool-error": 5}
     context = tok.decode(np.asarray(ep.trajectory.tokens)[np.asarray(ep.trajectory.loss_mask) == 0])
     assert context.count("not written: the old text is not in the file") == 2  # a line it lacks, and ""
     assert "the old text is in the file" in context and "times: give more of its lines" in context
@@ -451,6 +452,7 @@ def test_an_sql_episode_explores_read_only_then_is_graded_on_the_rows_of_its_ans
         assert "more than 20 rows" in seen[4]
         assert ep.end == "submitted" and ep.verdict.passed and ep.verdict.reward == 1.0, ep.verdict
         assert ep.tool_failures["call-timeout"] == 1
+        assert ep.tool_failures["tool-error"] == 2  # the two refused statements: answered with an error
         wrong = verifier.verify(task, "SELECT name FROM customers")
         assert not wrong.passed and wrong.reward == 0.0 and "rows" in wrong.failure
         ordered = next(t for t in tasks.values() if t.metadata["template"] == "sql/shop/top-price")

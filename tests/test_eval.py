@@ -48,6 +48,11 @@ def test_pass_at_k_matches_hand_computation() -> None:
     two = task_result(tasks[0], [True, False, True, False], ["", "wrong", "", "crash"], [1, 2, 2, 2], [1])
     s = summarise([two], [1])
     assert (s["crash_share"], s["turn_2_share"], s["turn_2_fix_rate"]) == (0.25, 0.75, round(1 / 3, 4))
+    assert "tool_valid_share" not in s  # no tool calls: no tool figures
+    # tool calls (calls, invalid, answered with an error) of each sample: 12 calls, 2 invalid, 3 errors
+    tools = task_result(tasks[0], [True, False], ["", "wrong"], [3, 4], [1], [(5, 1, 2), (7, 1, 1)])
+    s = summarise([tools], [1])
+    assert (s["tool_calls_per_sample"], s["tool_valid_share"], s["tool_error_share"]) == (6.0, round(10 / 12, 4), 0.25)
 
 
 def test_the_error_clustered_by_template_counts_templates_not_instances() -> None:

@@ -86,6 +86,7 @@ class SQLEnv(Environment):
                 failures.append("call-timeout")
                 parts.append("[sql] stopped: the query ran past its time limit")
             elif "error" in got:
+                failures.append("tool-error")
                 parts.append(f"[sql] error: {got['error']}")
             else:
                 text, was_cut = cut(table(got["columns"], got["rows"], got["more"]), self.ctx.tokenizer, budget)

@@ -31,6 +31,8 @@ TOOL_FAILURES = (
     "call-timeout",  # the call hit its time limit
     "output-cut",  # the result was longer than the observation budget
     "outside-workspace",  # a path outside the episode's work dir
+    "tool-error",  # a valid call the tool answered with an error: a file not there, an edit whose old text is
+    # not in the file once (or changes nothing), a SQL error; the agent is told why
 )
 """Why a tool call did not go as the policy meant, each counted per reply."""
 

@@ -238,7 +238,7 @@ class WorkspaceEnv(Environment):
             if "failure" in got:
                 return f"{path}: outside the workspace", got["failure"]
             if "error" in got:
-                return f"{path}: {got['error']}", ""
+                return f"{path}: {got['error']}", "tool-error"
             text, was_cut = cut(got["text"], tokenizer, budget)
             return f"{path}:\n{text}", "output-cut" if was_cut or got["cut"] else ""
         edit = call.name == "edit_file"
@@ -252,7 +252,7 @@ class WorkspaceEnv(Environment):
         if "failure" in got:
             return f"{path}: outside the workspace, not written", got["failure"]
         if "error" in got:
-            return f"{path}: not written: {got['error']}", ""
+            return f"{path}: not written: {got['error']}", "tool-error"
         if edit:
             return f"edited {path}: it now has {got['written']} characters", ""
         if got.get("unchanged"):  # a small model rewrites a file as it was, and would read "wrote" as a change

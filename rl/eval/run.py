@@ -67,6 +67,9 @@ class TaskResult:
     reward_mean: float = 0.0
     """The mean reward of its samples (partial credit: the tests score, or a
     text task's LCS ratio)."""
+    tool_errors: int = 0
+    """Of the valid ones, those the tool answered with an error (`tool-error`:
+    an edit whose old text is not in the file, a SQL error)."""
 
 
 def eval_seed(task_id: str, i: int) -> int:
@@ -94,6 +97,7 @@ def summarise(results: list[TaskResult], ks: list[int]) -> dict[str, Any]:
 
         out["tool_calls_per_sample"] = round(calls / max(1, out["samples"]), 3)
         out["tool_valid_share"] = tool_validity(calls, sum(r.tool_calls_invalid for r in results))
+        out["tool_error_share"] = round(sum(r.tool_errors for r in results) / calls, 4)
     return out
 
 
@@ -103,10 +107,11 @@ def task_result(
     failures: list[str],
     turns: list[int],
     ks: list[int],
-    tools: list[tuple[int, int]] | None = None,
+    tools: list[tuple[int, int, int]] | None = None,
     rewards: list[float] | None = None,
 ) -> TaskResult:
-    """`tools`: (calls, invalid calls) of each sample; `rewards`: each sample's."""
+    """`tools`: (calls, invalid calls, calls answered with an error) of each
+    sample; `rewards`: each sample's."""
     n, c = len(passed), sum(passed)
     tools = tools or []
     return TaskResult(
@@ -119,9 +124,10 @@ def task_result(
         {k: task.metadata[k] for k in ("family", "difficulty", "template", "to_warm_start") if k in task.metadata},
         sum(t >= 2 for t in turns),
         sum(t >= 2 and p for t, p in zip(turns, passed, strict=True)),
-        sum(calls for calls, _ in tools),
-        sum(bad for _, bad in tools),
+        sum(calls for calls, _, _ in tools),
+        sum(bad for _, bad, _ in tools),
         round(sum(rewards) / len(rewards), 6) if rewards else 0.0,
+        sum(errors for _, _, errors in tools),
     )
 
 
@@ -338,7 +344,14 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
         try:
             for t in plan.tasks:
                 got = [f.result() for f in futures[t.task_id]]
-                calls = [(e["tool_calls"], sum(e["tool_failures"].get(w, 0) for w in INVALID_CALLS)) for e in got]
+                calls = [
+                    (
+                        e["tool_calls"],
+                        sum(e["tool_failures"].get(w, 0) for w in INVALID_CALLS),
+                        e["tool_failures"].get("tool-error", 0),
+                    )
+                    for e in got
+                ]
                 passed, whys = [e["passed"] for e in got], [e["failure"] for e in got]
                 turns, rewards = [e["turns"] for e in got], [e["reward"] for e in got]
                 results.append(task_result(t, passed, whys, turns, ks, calls, rewards))
