@@ -69,7 +69,7 @@ class Trace:
     kind: Kind
     replies: list[str] = field(default_factory=list)
     untrained: tuple[int, ...] = ()
-    """Indices of the replies that are context, not trained: a repair's wrong step."""
+    """Indices of the replies that are context, not trained: a repair's wrong step, a refused edit."""
 
     def to_json(self) -> dict[str, object]:
         return {"task_id": self.task_id, "kind": self.kind, "replies": self.replies, "untrained": list(self.untrained)}
