@@ -53,6 +53,8 @@ REPO = Path(__file__).resolve().parents[2]
 SFT_CONFIG = REPO / "examples" / "tools-sft.toml"
 RL_CONFIG = REPO / "examples" / "tools-rl.toml"
 KINDS = {"sql": "family", "workspace": "template"}
+TOOL_KEYS = ("tool_valid_share", "tool_calls_per_sample", "tool_error_share")
+"""The tool figures of a `sarl eval` summary each stage's cell carries."""
 """Each tool kind, and what its split holds out whole."""
 
 QUICK_KEEP = 4
@@ -272,7 +274,7 @@ def _evaluate(
                 run, version = EVALUATED[stage]
                 e = sh.eval(str(runs[run]), tasks, version, n, extra)
                 folders[stage] = Path(e["folder"])
-                cells[stage] = {k: e.get(k) for k in (*EVAL_KEYS, "tool_valid_share", "tool_calls_per_sample")}
+                cells[stage] = {k: e.get(k) for k in (*EVAL_KEYS, *TOOL_KEYS)}
                 rows = [json.loads(x) for x in (folders[stage] / "results.jsonl").read_text().splitlines() if x]
                 cells[stage]["end_turn"] = round(sum(row["turns_mean"] for row in rows) / max(1, len(rows)), 2)
             evals.setdefault(kind, {})[mode] = cells
