@@ -121,20 +121,10 @@ def generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def tool_traces(args: argparse.Namespace) -> int:
-    import time
-
-    from rl.errors import ConfigError
-    from rl.fsio import atomic_write
-    from rl.tasks.format import read_tasks
+def _traced(tasks: list[Any], args: argparse.Namespace) -> list[tuple[Any, Any]]:
+    """Each task with each of its traces; TraceError naming every task that gives none."""
     from rl.tasks.traces import TraceError, traces
 
-    for flag, share in (("--repair-share", args.repair_share), ("--refused-share", args.refused_share)):
-        if not 0.0 <= share <= 1.0:
-            raise ConfigError(f"{flag} {share}: a fraction from 0 to 1")
-    if args.parallel < 1:
-        raise ConfigError(f"--parallel {args.parallel}: at least 1")
-    tasks = list(read_tasks(args.file))
     pairs, untraceable = [], []
     for t in tasks:
         try:
@@ -147,6 +137,23 @@ def tool_traces(args: argparse.Namespace) -> int:
             "\n".join(shown)
             + f"\n{len(untraceable)} of {len(tasks)} tasks in {args.file} give no trace: nothing written"
         )
+    return pairs
+
+
+def tool_traces(args: argparse.Namespace) -> int:
+    import time
+
+    from rl.errors import ConfigError
+    from rl.fsio import atomic_write
+    from rl.tasks.format import read_tasks
+
+    for flag, share in (("--repair-share", args.repair_share), ("--refused-share", args.refused_share)):
+        if not 0.0 <= share <= 1.0:
+            raise ConfigError(f"{flag} {share}: a fraction from 0 to 1")
+    if args.parallel < 1:
+        raise ConfigError(f"--parallel {args.parallel}: at least 1")
+    tasks = list(read_tasks(args.file))
+    pairs = _traced(tasks, args)
     if not pairs:
         raise ConfigError(f"{args.file}: no SQL task and no workspace task of a function: nothing to trace")
     from rl.episodes.replay import check_traces

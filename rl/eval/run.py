@@ -302,7 +302,6 @@ def one_episode(ctx: RunContext, agent: AgentConfig, task: Task, client: Any, ma
 def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], None] | None = None) -> dict[str, Any]:
     """n episodes of each task against `policy`; the results and summary
     written under RUN_DIR/eval/."""
-    from rl.agent.tools import INVALID_CALLS
     from rl.episodes.episode import run_episode
     from rl.model import checkpoint, load_tokenizer
     from rl.verify.verifier import Verifier
@@ -344,14 +343,7 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
         try:
             for t in plan.tasks:
                 got = [f.result() for f in futures[t.task_id]]
-                calls = [
-                    (
-                        e["tool_calls"],
-                        sum(e["tool_failures"].get(w, 0) for w in INVALID_CALLS),
-                        e["tool_failures"].get("tool-error", 0),
-                    )
-                    for e in got
-                ]
+                calls = [_tool_counts(e) for e in got]
                 passed, whys = [e["passed"] for e in got], [e["failure"] for e in got]
                 turns, rewards = [e["turns"] for e in got], [e["reward"] for e in got]
                 results.append(task_result(t, passed, whys, turns, ks, calls, rewards))
@@ -361,6 +353,14 @@ def play(ctx: RunContext, plan: Plan, policy: Policy, progress: Callable[[], Non
             ex.shutdown(wait=False, cancel_futures=True)
             raise
     return _write_results(ctx, plan, policy, results, episodes, ks, (time.monotonic() - t0) / 60)
+
+
+def _tool_counts(e: dict[str, Any]) -> tuple[int, int, int]:
+    """An episode record's tool calls: all, invalid, answered with an error."""
+    from rl.agent.tools import INVALID_CALLS
+
+    f = e["tool_failures"]
+    return e["tool_calls"], sum(f.get(w, 0) for w in INVALID_CALLS), f.get("tool-error", 0)
 
 
 def episode_record(task: Task, sample: int, ep: Any, tokenizer: Any) -> dict[str, Any]:
