@@ -108,8 +108,12 @@ def traces(task: Task, repair_share: float = 0.3, refused_share: float = 0.0) ->
     except TraceError:
         raise
     except ValueError as e:  # rl.tasks.traces.edit: two texts no edit turns one into the other
-        raise TraceError(f"{task.task_id}: no trace from its reference: {e}") from None
+        raise _no_trace(task, str(e)) from None
     return out
+
+
+def _no_trace(task: Task, why: str) -> TraceError:
+    return TraceError(f"{task.task_id}: no trace from its reference: {why}")
 
 
 def _module(task: Task) -> tuple[str, str, str, str]:
@@ -117,23 +121,20 @@ def _module(task: Task) -> tuple[str, str, str, str]:
     reference writes it, and its visible test file; TraceError where the
     task does not have them, or its module already is the reference."""
 
-    def no(why: str) -> TraceError:
-        return TraceError(f"{task.task_id}: no trace from its reference: {why}")
-
     try:
         patch = json.loads(task.reference)
     except ValueError:
-        raise no("reference: not a JSON object {path: content}") from None
+        raise _no_trace(task, "reference: not a JSON object {path: content}") from None
     if not isinstance(patch, dict) or len(patch) != 1 or not all(isinstance(v, str) for v in patch.values()):
-        raise no("reference: one file, {path: content}, is what a trace edits")
+        raise _no_trace(task, "reference: one file, {path: content}, is what a trace edits")
     [(path, fixed)] = patch.items()
     if path not in task.files:
-        raise no(f"reference: {path} is not one of the task's files")
+        raise _no_trace(task, f"reference: {path} is not one of the task's files")
     test = next((p for p in sorted(task.files) if p.startswith("tests/test_") and p.endswith(".py")), None)
     if test is None:
-        raise no("files: no tests/test_*.py for the trace to run")
+        raise _no_trace(task, "files: no tests/test_*.py for the trace to run")
     if task.files[path] == fixed:
-        raise no(f"files: {path} already is its reference, so there is nothing to edit")
+        raise _no_trace(task, f"files: {path} already is its reference, so there is nothing to edit")
     return path, task.files[path], fixed, test
 
 
@@ -143,7 +144,7 @@ def _module(task: Task) -> tuple[str, str, str, str]:
 def _sql(task: Task, kind: Kind) -> tuple[list[str], tuple[int, ...]]:
     query = task.reference.strip()
     if not query:
-        raise TraceError(f"{task.task_id}: no trace from its reference: reference: no query")
+        raise _no_trace(task, "reference: no query")
     replies: list[str] = []
     untrained: tuple[int, ...] = ()
     if kind == "repair":
@@ -174,10 +175,8 @@ def _workspace(task: Task, kind: Kind) -> tuple[list[str], tuple[int, ...]]:
         untrained = (len(replies),)  # the wrong edit
         first = task.metadata["first_attempt"]
         if not isinstance(first, str) or first in (given, fixed):
-            raise TraceError(
-                f"{task.task_id}: no trace from its reference: metadata.first_attempt: "
-                "not a wrong version of the module (a text other than the module as given and its reference)"
-            )
+            raise _no_trace(task, "metadata.first_attempt: not a wrong version of the module "
+                            "(a text other than the module as given and its reference)")  # fmt: skip
         # the wrong edit reads as the direct trace's edit: the context is the
         # one an episode has when its first edit was wrong
         replies += [
