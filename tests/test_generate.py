@@ -497,3 +497,48 @@ def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are
     with torch.no_grad():
         mine = token_logprobs(hf, ids, torch.ones_like(ids), mask, temperature=0.8)[0][mask[:, 1:] > 0]
     assert torch.allclose(mine, torch.tensor(c.logprobs), atol=2e-3), (mine - torch.tensor(c.logprobs)).abs().max()
+
+
+_ENGINE_THEN_SLEEP = """
+import sys, time
+from pathlib import Path
+from rl.engine import make_engine
+from rl.engine.config import VLLMEngineConfig
+from rl.model import ModelConfig
+engine = make_engine(VLLMEngineConfig(max_model_len=256, kv_cache_gb=0.25, max_num_seqs=4),
+                     ModelConfig(dtype="float32", cache_dir=Path(sys.argv[1])))
+print("ready", flush=True)
+time.sleep(3600)
+"""
+
+
+def test_the_vllm_engine_core_ends_when_the_process_that_built_it_is_killed(model: ModelConfig) -> None:
+    """vLLM runs its engine core in a child process. Killed with SIGKILL
+    (by hand, or by the OOM killer), the process that built the LLM used to
+    leave that child running, holding its memory and cores, on a local run
+    with nothing to reap it. The engine core now watches its parent and
+    ends with it."""
+    import subprocess
+    import sys
+
+    import psutil
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _ENGINE_THEN_SLEEP, str(model.cache_dir)], stdout=subprocess.PIPE, text=True
+    )
+    children: list[psutil.Process] = []
+    try:
+        assert proc.stdout is not None
+        assert "ready" in (line.strip() for line in proc.stdout), "the engine did not start"  # vLLM logs here too
+        children = psutil.Process(proc.pid).children(recursive=True)
+        cores = [c for c in children if "EngineCore" in " ".join(c.cmdline()) + c.name()]
+        assert cores, [(c.name(), c.cmdline()) for c in children]
+        proc.kill()
+        proc.wait()
+        _, alive = psutil.wait_procs(cores, timeout=120)
+        assert not alive, f"the engine core outlived its parent: {alive}"
+    finally:
+        proc.kill()
+        for c in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                c.kill()

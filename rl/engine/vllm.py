@@ -37,8 +37,9 @@ class VLLMEngine(Engine):
             logprobs_mode="processed_logprobs",  # of the distribution sampled from: after temperature
             enforce_eager=cfg.enforce_eager,
             kv_cache_memory_bytes=int(cfg.kv_cache_gb * (1 << 30)),
-            worker_extension_cls="rl.engine.vllm_worker.StoreLoader",
+            worker_extension_cls="rl.engine.vllm_worker.Extension",
         )
+        self.llm.collective_rpc("sarl_exit_with", args=(os.getpid(),))
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.max_model_len = cfg.max_model_len
         config = self.llm.llm_engine.vllm_config

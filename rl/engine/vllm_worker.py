@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+import os
+import select
+import signal
+import threading
+import time
 from typing import Any
 
 
@@ -28,3 +33,45 @@ class StoreLoader:
             tensors = base.merge(tensors, record)
         self.model_runner.reload_weights(weights_iterator=iter(tensors.items()))
         return loaded
+
+
+class ExitsWithParent:
+    def sarl_exit_with(self, pid: int) -> None:
+        """End this worker's process when process `pid` (the one that built
+        the LLM) ends. vLLM's engine core is a child process that outlives a
+        parent killed by SIGKILL (or the OOM killer), holding its memory and
+        cores; Slurm reaps it with the job's cgroup, a local run does not.
+        With the uniprocess executor (vLLM on CPU) this worker is the engine
+        core. Not covered: a multiprocess executor's engine core, whose
+        workers this would end but which itself would stay."""
+        threading.Thread(target=_end_with, args=(pid,), name="sarl-exit-with-parent", daemon=True).start()
+
+
+def _end_with(pid: int) -> None:
+    try:
+        # a pidfd turns readable when the process ends, and is immune to pid reuse
+        fd = os.pidfd_open(pid)
+        select.select([fd], [], [])
+    except ProcessLookupError:
+        pass  # already gone
+    except OSError:  # a kernel before 5.3: poll
+        while _alive(pid):
+            time.sleep(1.0)
+    # SIGTERM first: the engine core's handler shuts down cleanly; SIGKILL if it does not
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10.0)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Extension(StoreLoader, ExitsWithParent):
+    """What `worker_extension_cls` names: every method above, in one class."""
