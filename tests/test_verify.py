@@ -10,7 +10,7 @@ import pytest
 from conftest import run_config, sarl
 
 from rl.tasks.dedup import duplicates
-from rl.tasks.format import Task, TaskError, read_tasks, write_tasks
+from rl.tasks.format import Task, TaskError, read_samples, read_tasks, write_tasks
 from rl.tasks.importers import import_humaneval
 from rl.validation.report import validate
 from rl.verify.checks import aggregate, static_score
@@ -277,6 +277,40 @@ def test_bad_task_line_names_line_and_field(tmp_path: Path) -> None:
     f.write_text("{not json\n")
     with pytest.raises(TaskError, match=r":1: not valid JSON"):
         list(read_tasks(f))
+
+
+def test_every_bad_line_of_a_task_or_sample_file_is_named_at_once(tmp_path: Path) -> None:
+    """A file with several bad lines is not fixed one error per try: the
+    error names each (the first 20, then how many more), and no task after
+    the first bad line is handed on."""
+    f = tmp_path / "t.jsonl"
+    good = json.loads(TASK0.model_dump_json())
+    lines = [json.dumps(good), "{not json", json.dumps({**good, "task_id": "b", "tests": 5}), "[1]"]
+    lines += [json.dumps({**good, "task_id": f"ok{i}"}) for i in range(3)] + [json.dumps(good)]
+    f.write_text("\n".join(lines) + "\n")
+    yielded: list[str] = []
+    with pytest.raises(TaskError) as err:
+        yielded.extend(t.task_id for t in read_tasks(f))
+    assert yielded == [TASK0.task_id]
+    assert str(err.value).splitlines() == [
+        f"{f}:2: not valid JSON: Expecting property name enclosed in double quotes",
+        f"{f}:3: tests: Input should be a valid string",
+        f"{f}:4: expected a JSON object, got list",
+        f"{f}:8: task_id {TASK0.task_id!r} already used on line 1",
+    ]
+    f.write_text("{\n" * 25)
+    with pytest.raises(TaskError) as err:
+        list(read_tasks(f))
+    shown = str(err.value).splitlines()
+    assert len(shown) == 21 and shown[19].startswith(f"{f}:20: ") and shown[20] == "... and 5 more bad lines"
+    s = tmp_path / "s.jsonl"
+    s.write_text('{"task_id": "a", "completion": ""}\n{"task_id": 1}\nnope\n')
+    with pytest.raises(TaskError) as err:
+        list(read_samples(s))
+    assert str(err.value).splitlines() == [
+        f"{s}:2: task_id: required string field is missing; completion: required string field is missing",
+        f"{s}:3: not valid JSON: Expecting value",
+    ]
 
 
 def test_sarl_verify_writes_results_and_a_summary(tmp_path: Path) -> None:

@@ -124,8 +124,16 @@ def _format(e: ValidationError) -> str:
     return "; ".join(parts)
 
 
+_SHOWN_ERRORS = 20
+
+
+class _NotJSON(str):
+    """A line that does not parse: the parser's message, in place of the data."""
+
+
 def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed JSON) of each non-empty line of a JSONL (or .gz) file."""
+    """(line number, parsed JSON) of each non-empty line of a JSONL (or .gz)
+    file; a line that does not parse comes as a `_NotJSON` message."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         f = opener(path, "rt")
@@ -138,24 +146,53 @@ def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 yield n, json.loads(line)
             except json.JSONDecodeError as e:
-                raise TaskError(f"{path}:{n}: not valid JSON: {e.msg}") from None
+                yield n, _NotJSON(f"not valid JSON: {e.msg}")
+
+
+class _Errors:
+    """Every bad line of a file, raised together at its end: one pass of
+    `sarl tasks validate` names them all, not one per try."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.lines: list[str] = []
+
+    def add(self, n: int, problem: str) -> None:
+        self.lines.append(f"{self.path}:{n}: {problem}")
+
+    def raise_any(self) -> None:
+        if not self.lines:
+            return
+        more = len(self.lines) - _SHOWN_ERRORS
+        tail = [f"... and {more} more bad lines"] if more > 0 else []
+        raise TaskError("\n".join(self.lines[:_SHOWN_ERRORS] + tail))
 
 
 def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
-    """Tasks of a JSONL file (optionally .gz). Raises TaskError naming the line."""
+    """Tasks of a JSONL file (optionally .gz). Raises TaskError naming every
+    bad line (the first 20), after the good ones before it were yielded."""
     path = Path(path)
+    errors = _Errors(path)
     seen: dict[str, int] = {}
     for n, data in _jsonl(path):
+        if isinstance(data, _NotJSON):
+            errors.add(n, data)
+            continue
         if not isinstance(data, dict):
-            raise TaskError(f"{path}:{n}: expected a JSON object, got {type(data).__name__}")
+            errors.add(n, f"expected a JSON object, got {type(data).__name__}")
+            continue
         try:
             task = Task.model_validate(data)
         except ValidationError as e:
-            raise TaskError(f"{path}:{n}: {_format(e)}") from None
+            errors.add(n, _format(e))
+            continue
         if task.task_id in seen:
-            raise TaskError(f"{path}:{n}: task_id {task.task_id!r} already used on line {seen[task.task_id]}")
+            errors.add(n, f"task_id {task.task_id!r} already used on line {seen[task.task_id]}")
+            continue
         seen[task.task_id] = n
-        yield task
+        if not errors.lines:  # after a bad line, only its fellows are looked for
+            yield task
+    errors.raise_any()
 
 
 def write_tasks(path: str | os.PathLike[str], tasks: list[Task]) -> None:
@@ -167,8 +204,16 @@ def write_tasks(path: str | os.PathLike[str], tasks: list[Task]) -> None:
 def read_samples(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """HumanEval-style samples: JSONL lines with `task_id` and `completion`."""
     path = Path(path)
+    errors = _Errors(path)
     for n, data in _jsonl(path):
-        for key in ("task_id", "completion"):
-            if not isinstance(data, dict) or not isinstance(data.get(key), str):
-                raise TaskError(f"{path}:{n}: {key}: required string field is missing")
-        yield n, data
+        if isinstance(data, _NotJSON):
+            errors.add(n, data)
+            continue
+        missing = [
+            k for k in ("task_id", "completion") if not isinstance(data, dict) or not isinstance(data.get(k), str)
+        ]
+        if missing:
+            errors.add(n, "; ".join(f"{k}: required string field is missing" for k in missing))
+        elif not errors.lines:
+            yield n, data
+    errors.raise_any()
