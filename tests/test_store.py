@@ -347,6 +347,41 @@ def test_retention_keeps_newest_pinned_and_referenced(tmp_path: Path) -> None:
     assert torch.equal(ws.load(6)[1]["layer0.weight"], published[6])
 
 
+def test_a_pin_whose_holder_died_holds_nothing(tmp_path: Path) -> None:
+    """A `sarl eval` killed by SIGKILL while it loaded a version never
+    unpinned it, and that version was kept for the rest of the run. A pin
+    whose process is gone from this host, or that outlived the lease (another
+    host's process cannot be looked up), no longer holds its version; a live
+    holder's pin and a fresh pin from another host still do."""
+    from rl.store.weights import PIN_LEASE_S
+
+    ws = Store(tmp_path).weights
+    for v in range(6):
+        ws.publish(_state(), version=v, dtype="float32", full_every=1)
+    code = "import sys; from rl.store import Store; Store(sys.argv[1]).weights.pin('eval-dead', 1); print('pinned')"
+    code += "; sys.stdout.flush(); input()"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "pinned"
+        assert ws.pinned() == {"eval-dead": 1} and ws.stale == []  # alive: it holds
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    finally:
+        holder.kill()
+    ws.pin("serve-live", 2)  # this process: alive
+    now = time.time()
+    for name, version, age in (("generator-old", 3, PIN_LEASE_S + 60), ("generator-new", 4, 60)):
+        pin = {"version": version, "at": now - age, "host": "another-node", "pid": 1}
+        (ws.pins / f"{name}.json").write_text(json.dumps(pin))
+    assert ws.pinned() == {"serve-live": 2, "generator-new": 4}
+    assert sorted(ws.stale) == ["eval-dead", "generator-old"]
+    ws.retain(keep_last=1)
+    assert ws.versions() == [2, 4, 5]  # the stale pins' 1 and 3 went
+    assert (ws.pins / "eval-dead.json").exists()  # left in place: a restarted task may pin that name again
+
+
 # ------------------------------------------------------------------ commands
 
 

@@ -50,7 +50,7 @@ def _weights(store: Store, damage: list[Damage]) -> dict[str, Any]:
     unreadable manifest goes to `damage`."""
     ws = store.weights
     versions = ws.versions()
-    weights: dict[str, Any] = {"versions": len(versions), "pins": ws.pinned()}
+    weights: dict[str, Any] = {"versions": len(versions), "pins": ws.pinned(), "stale_pins": ws.stale}
     damage += ws.damaged
     manifests = {}
     for v in versions:

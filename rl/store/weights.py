@@ -15,8 +15,12 @@ dropped. Files per version: 4 (group and array zarr.json, the chunk, the
 manifest).
 
 Retention keeps the newest `keep_last` versions, pinned ones (`pin()`: a
-checkpoint, a generator that is loading), and every version whose blob a
-kept version points into.
+generator, `sarl eval` or `sarl serve` that is loading one), and every
+version whose blob a kept version points into. A pin whose holder died
+before it unpinned (SIGKILL, a lost node) would keep its version for the
+rest of the run: a pin whose process is gone from this host, or that is
+older than `PIN_LEASE_S` (a load takes minutes; another host's process
+cannot be looked up), holds nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import time
 import uuid
 from collections.abc import Collection, Iterable, Mapping
@@ -84,6 +89,26 @@ def _raw(t: Any) -> np.ndarray:
     return t.numpy().reshape(-1).view(np.uint8)
 
 
+PIN_LEASE_S = 6 * 3600
+"""How long a pin holds its version when its holder cannot be seen to be alive."""
+
+
+def pin_is_stale(pin: Mapping[str, Any], now: float) -> bool:
+    """Whether a pin's holder is gone: its process, on this host, is not
+    running, or the pin outlived the lease. (A pid reused since is taken for
+    the holder until the lease ends.) Pins written before pins named their
+    process hold as long as they exist."""
+    if pin.get("host") == socket.gethostname() and isinstance(pin.get("pid"), int):
+        try:
+            os.kill(pin["pid"], 0)
+        except ProcessLookupError:
+            return True
+        except PermissionError:
+            pass  # another user's: alive
+    at = pin.get("at")
+    return isinstance(at, (int, float)) and now - at > PIN_LEASE_S
+
+
 class WeightStore:
     """Publishing, loading, pinning and retention of weight versions."""
 
@@ -92,6 +117,8 @@ class WeightStore:
         self.pins = self.folder / "pins"
         self.damaged: list[Damage] = []
         """Pin files the last `pinned()` could not read."""
+        self.stale: list[str] = []
+        """Holders whose pins the last `pinned()` found stale (`pin_is_stale`)."""
 
     # ---------------------------------------------------------------- listing
     def path(self, version: int) -> Path:
@@ -335,24 +362,33 @@ class WeightStore:
     def pin(self, holder: str, version: int) -> None:
         """Keep `version` (and what it points into) while `holder` needs it."""
         self.manifest(version)  # must exist
-        atomic_write(self.pins / f"{holder}.json", json.dumps({"version": version, "at": time.time()}))
+        pin = {"version": version, "at": time.time(), "host": socket.gethostname(), "pid": os.getpid()}
+        atomic_write(self.pins / f"{holder}.json", json.dumps(pin))
 
     def unpin(self, holder: str) -> None:
         (self.pins / f"{holder}.json").unlink(missing_ok=True)
 
     def pinned(self) -> dict[str, int]:
-        """holder -> pinned version. A pin file that cannot be read is listed
-        in `self.damaged`; while one exists, `retain` deletes nothing."""
-        self.damaged = []
+        """holder -> pinned version, of the pins whose holders live. A pin
+        file that cannot be read is listed in `self.damaged`; while one
+        exists, `retain` deletes nothing. Stale pins are listed in
+        `self.stale` and left in place (their holder's name may be pinned
+        again, by a restarted generator task)."""
+        self.damaged, self.stale = [], []
         if not self.pins.is_dir():
             return {}
         out = {}
+        now = time.time()
         for p in self.pins.glob("*.json"):
             try:
                 data = read_json_file(p)
                 if data is None:
                     continue  # unpinned meanwhile
-                out[p.stem] = int(data["version"])
+                version = int(data["version"])
+                if pin_is_stale(data, now):
+                    self.stale.append(p.stem)
+                    continue
+                out[p.stem] = version
             except (StoreError, KeyError, TypeError, ValueError) as e:
                 self.damaged.append(Damage(str(p), f"unreadable pin ({e}): every version is kept"))
         return out
