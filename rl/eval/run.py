@@ -223,12 +223,8 @@ class OwnEngine:
 
         if version != self.server.health()["version"]:
             store = Store.of_run(self.ctx.run_dir)
-            holder = f"eval-{os.getpid()}"
-            store.weights.pin(holder, version)  # retention keeps it while it loads
-            try:
+            with store.weights.pinned_while(f"eval-{os.getpid()}", version):
                 self.server.swap(str(store.path), version)
-            finally:
-                store.weights.unpin(holder)
         return Policy(self.client, version, self.engine_cfg.max_model_len, "own")
 
     def __exit__(self, *exc: Any) -> None:

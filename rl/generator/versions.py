@@ -11,26 +11,14 @@ does not delete it under the engine.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from rl.context import RunContext
 from rl.store import StoreError
 
 log = logging.getLogger("sarl.generator")
-
-
-@contextlib.contextmanager
-def pinned(weights: Any, holder: str, version: int) -> Iterator[None]:
-    """Keep `version` from retention while it is being loaded."""
-    weights.pin(holder, version)
-    try:
-        yield
-    finally:
-        weights.unpin(holder)
 
 
 class Versions:
@@ -53,7 +41,7 @@ class Versions:
         store = str(self.ctx.layout.store_path)
         for version in reversed(self.weights.versions()):
             try:
-                with pinned(self.weights, self.holder, version):
+                with self.weights.pinned_while(self.holder, version):
                     engine.load_version(store, version)
             except StoreError as e:  # raised before any weight changed: try the one before
                 log.error("weight version %d refused: %s", version, e)
@@ -69,7 +57,7 @@ class Versions:
         if latest is None or (self.loaded is not None and latest <= self.loaded) or latest in self.refused:
             return None
         try:
-            with pinned(self.weights, self.holder, latest):
+            with self.weights.pinned_while(self.holder, latest):
                 held: float = server.swap(str(self.ctx.layout.store_path), latest)
         except StoreError as e:  # raised before any weight changed: serve on with the old ones
             log.error("weight version %d refused, still serving %s: %s", latest, self.loaded, e)

@@ -85,12 +85,8 @@ def serving(
         server = GeneratorServer(eng, bind="127.0.0.1", token=secrets.token_urlsafe(16)).start()
         stack.callback(server.stop)
         if store is not None and version:
-            holder = f"serve-{os.getpid()}"
-            store.weights.pin(holder, version)  # retention keeps it while it loads
-            try:
+            with store.weights.pinned_while(f"serve-{os.getpid()}", version):
                 server.swap(str(store.path), version)
-            finally:
-                store.weights.unpin(holder)
         gw = Gateway(
             ServiceBackend(server), load_tokenizer(checkpoint(model)), model=name, token=key, bind=host, port=port
         )

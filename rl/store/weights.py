@@ -25,13 +25,14 @@ cannot be looked up), holds nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
 import time
 import uuid
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -367,6 +368,15 @@ class WeightStore:
 
     def unpin(self, holder: str) -> None:
         (self.pins / f"{holder}.json").unlink(missing_ok=True)
+
+    @contextlib.contextmanager
+    def pinned_while(self, holder: str, version: int) -> Iterator[None]:
+        """Keep `version` from retention while the block (a load) runs."""
+        self.pin(holder, version)
+        try:
+            yield
+        finally:
+            self.unpin(holder)
 
     def pinned(self) -> dict[str, int]:
         """holder -> pinned version, of the pins whose holders live. A pin
