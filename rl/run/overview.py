@@ -28,7 +28,9 @@ def _states(rd: RunDir, role: str, tasks: int) -> list[dict[str, Any]]:
     return out
 
 
-def overview(rd: RunDir, cfg: Any) -> dict[str, Any]:
+def overview(rd: RunDir, cfg: Any, learner_running: bool = True) -> dict[str, Any]:
+    """`learner_running`: whether the learner's task runs now; an ETA is
+    given only then (a cancelled or failed run finishes never)."""
     out: dict[str, Any] = {}
     try:
         from rl.store.weights import WeightStore
@@ -37,7 +39,7 @@ def overview(rd: RunDir, cfg: Any) -> dict[str, Any]:
     except Exception:  # a damaged store is reported by the store section of status
         published = None
     if cfg.learner is not None:
-        out["learner"] = _learner((_states(rd, "learner", 1) or [{}])[0], cfg.learner, published)
+        out["learner"] = _learner((_states(rd, "learner", 1) or [{}])[0], cfg.learner, published, learner_running)
     if cfg.generator is not None:
         gens = _states(rd, "generator", cfg.generator.workers)
         out["generators"] = {str(s.get("task", i)): s.get("version") for i, s in enumerate(gens)}
@@ -72,7 +74,7 @@ FIGURES = {
 run has no reward to speak of, nor a behaviour policy to differ from)."""
 
 
-def _learner(s: dict[str, Any], lc: Any, published: int | None) -> dict[str, Any]:
+def _learner(s: dict[str, Any], lc: Any, published: int | None, running: bool) -> dict[str, Any]:
     kind = "sft" if lc.loss.type == "sft" else "rl"
     step = s.get("step", 0)
     pace = s.get("pace_s")
@@ -81,7 +83,7 @@ def _learner(s: dict[str, Any], lc: Any, published: int | None) -> dict[str, Any
         "step": step,
         "steps": lc.steps,
         "seconds_per_step": pace,
-        "eta_s": round(pace * (lc.steps - step), 1) if pace and step < lc.steps else None,
+        "eta_s": round(pace * (lc.steps - step), 1) if running and pace and step < lc.steps else None,
         "published_version": published or 0,
         "batches_consumed": s.get("batches", 0),
         **{k: s.get(k) for k in FIGURES[kind]},
