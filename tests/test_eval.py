@@ -8,6 +8,8 @@ import contextlib
 import json
 import math
 import os
+import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -120,9 +122,16 @@ def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(wor
     run = workdir / "runs" / "e"
     try:
         sarl("cancel", str(run), cwd=workdir)  # first: the engine started by sarl eval
+        # private folders that SIGKILLed evals left: of a process gone from this host, of another host
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        left = [run / f".engine-{socket.gethostname()}-{dead.pid}-k1ll3d", run / ".engine-node7-1-elsewhere"]
+        for d in left:
+            (d / "endpoints").mkdir(parents=True)
         small = ["--max-tokens", "8", "--max-turns", "2"]
         out = sarl("eval", str(run), "--tasks", "held.jsonl", "-n", "2", "--engine", "own", *small, "--json",
                    cwd=workdir, timeout=900)  # fmt: skip
+        assert sorted(run.glob(".engine-*")) == [left[1]]  # the dead one swept, its own cleaned up
         own = json.loads(out.stdout)
         assert own["version"] == 0 and own["engine"] == "own" and own["tasks"] == 3 and own["samples"] == 6
         assert 0.0 <= own["pass@1"] <= 1.0 and own["se@1"] >= 0.0 and "pass@2" in own

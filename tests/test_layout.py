@@ -236,6 +236,7 @@ def test_the_store_imports_neither_the_config_nor_pydantic(tmp_path: Path) -> No
         "rl.errors",
         "rl.fsio",
         "rl.layout",
+        "rl.lifetime",
         "rl.store",
         "rl.store.weights",
         "rl.store.rollouts",

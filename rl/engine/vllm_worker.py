@@ -55,22 +55,14 @@ def _end_with(pid: int) -> None:
     except ProcessLookupError:
         pass  # already gone
     except OSError:  # a kernel before 5.3: poll
-        while _alive(pid):
+        from rl.lifetime import alive
+
+        while alive(pid):
             time.sleep(1.0)
     # SIGTERM first: the engine core's handler shuts down cleanly; SIGKILL if it does not
     os.kill(os.getpid(), signal.SIGTERM)
     time.sleep(10.0)
     os.kill(os.getpid(), signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Extension(StoreLoader, ExitsWithParent):

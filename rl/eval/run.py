@@ -23,6 +23,7 @@ import contextlib
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -38,6 +39,7 @@ from rl.context import RunContext
 from rl.errors import SarlError
 from rl.eval.passk import mean_and_se, pass_at_k
 from rl.fsio import atomic_write
+from rl.lifetime import tag
 from rl.tasks.format import Task
 
 
@@ -192,6 +194,26 @@ def with_changes(agent: AgentConfig, changes: dict[str, Any]) -> AgentConfig:
         raise EvalError(f"agent: {e.errors()[0]['loc'][0]}: {e.errors()[0]['msg']}") from None
 
 
+ENGINE_FOLDER = ".engine-"
+"""An own engine's private folder in the run directory: `.engine-HOST-PID-XXXX`."""
+
+
+def sweep_engine_folders(run_dir: Path) -> list[Path]:
+    """Delete the private folders that evals killed before they could
+    clean up (SIGKILL) left in `run_dir`: those whose process is gone from
+    this host. Another host's, or a live one's, are left."""
+    from rl.lifetime import gone
+
+    swept = []
+    for d in run_dir.glob(f"{ENGINE_FOLDER}*"):
+        host, _, rest = d.name[len(ENGINE_FOLDER) :].rpartition("-")  # rest: tempfile's suffix
+        host, _, pid = host.rpartition("-")
+        if pid.isdigit() and gone(host, int(pid)):
+            shutil.rmtree(d, ignore_errors=True)
+            swept.append(d)
+    return swept
+
+
 class OwnEngine:
     """An engine started here, serving through the product's generator
     service and client, announced in a folder of its own (never the run's
@@ -209,7 +231,8 @@ class OwnEngine:
 
         engine = make_engine(self.engine_cfg, self.ctx.model, seed=self.ctx.seed)
         self.stack.callback(engine.close)
-        folder = tempfile.TemporaryDirectory(prefix=".engine-", dir=self.ctx.run_dir)
+        sweep_engine_folders(self.ctx.run_dir)
+        folder = tempfile.TemporaryDirectory(prefix=f"{ENGINE_FOLDER}{tag()}-", dir=self.ctx.run_dir)
         private = Path(self.stack.enter_context(folder))
         self.server = self.stack.enter_context(serving(engine, private))
         # the engine is this process's own: a slow reply is a busy engine, not a lost node (every

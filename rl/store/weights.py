@@ -41,6 +41,7 @@ import numpy as np
 import xxhash
 
 from rl.fsio import atomic_write, commit_dir, sweep_temporaries
+from rl.lifetime import gone
 from rl.store.zgroup import (
     CorruptData,
     Damage,
@@ -99,13 +100,8 @@ def pin_is_stale(pin: Mapping[str, Any], now: float) -> bool:
     running, or the pin outlived the lease. (A pid reused since is taken for
     the holder until the lease ends.) Pins written before pins named their
     process hold as long as they exist."""
-    if pin.get("host") == socket.gethostname() and isinstance(pin.get("pid"), int):
-        try:
-            os.kill(pin["pid"], 0)
-        except ProcessLookupError:
-            return True
-        except PermissionError:
-            pass  # another user's: alive
+    if gone(pin.get("host"), pin.get("pid")):
+        return True
     at = pin.get("at")
     return isinstance(at, (int, float)) and now - at > PIN_LEASE_S
 
