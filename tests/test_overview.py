@@ -1,5 +1,6 @@
-"""`sarl status`'s glance at training (rl/run/overview.py), on a run folder
-whose learner state the test writes: no job runs."""
+"""What `sarl status` shows: its glance at training (rl/run/overview.py), on
+a run folder whose learner state the test writes (no job runs), and how it
+names a submission."""
 
 from __future__ import annotations
 
@@ -38,3 +39,16 @@ def test_only_a_running_learner_is_given_an_eta(workdir: Path, tiny_model: Path)
     assert st["roles"]["learner"]["counts"]["running"] == 0 and st["training"]["learner"]["eta_s"] is None
     text = sarl("status", str(rd.path), cwd=workdir, check=False).stdout
     assert "step 1/24 (196 s/step), published" in text and "ETA" not in text
+
+
+def test_a_local_submission_lists_its_pids_not_a_range() -> None:
+    """`local pids 7325..7342` read as 18 processes for a 2-task array."""
+    from rl.run.executors import submission_label
+
+    def label(ids: list[str]) -> str:
+        return submission_label({"executor": "local", "job_ids": ids})
+
+    assert label(["7325"]) == "local pid 7325"
+    assert label(["7325", "7342"]) == "local pids 7325, 7342"
+    assert label([str(p) for p in range(100, 106)]) == "local pids 100, 101, 102, 103 and 2 more"
+    assert submission_label({"executor": "slurm", "job_id": "4713", "job_ids": ["4713_0"]}) == "4713"

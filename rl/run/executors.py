@@ -215,7 +215,10 @@ def submission_label(record: dict[str, Any]) -> str:
     ids = record["job_ids"]
     if record["executor"] == "slurm":
         return str(record["job_id"])
-    return f"local pid {ids[0]}" if len(ids) == 1 else f"local pids {ids[0]}..{ids[-1]}"
+    if len(ids) == 1:
+        return f"local pid {ids[0]}"
+    # the pids are not a range (other processes start between them): list a few
+    return "local pids " + ", ".join(ids[:4]) + (f" and {len(ids) - 4} more" if len(ids) > 4 else "")
 
 
 # ------------------------------------------------------------------ query
