@@ -39,7 +39,7 @@ from rl.context import RunContext
 from rl.errors import SarlError
 from rl.eval.passk import mean_and_se, pass_at_k
 from rl.fsio import atomic_write
-from rl.lifetime import tag
+from rl.lifetime import gone, tag
 from rl.tasks.format import Task
 
 
@@ -202,12 +202,10 @@ def sweep_engine_folders(run_dir: Path) -> list[Path]:
     """Delete the private folders that evals killed before they could
     clean up (SIGKILL) left in `run_dir`: those whose process is gone from
     this host. Another host's, or a live one's, are left."""
-    from rl.lifetime import gone
-
     swept = []
     for d in run_dir.glob(f"{ENGINE_FOLDER}*"):
-        host, _, rest = d.name[len(ENGINE_FOLDER) :].rpartition("-")  # rest: tempfile's suffix
-        host, _, pid = host.rpartition("-")
+        host_pid = d.name[len(ENGINE_FOLDER) :].rpartition("-")[0]  # less tempfile's suffix
+        host, _, pid = host_pid.rpartition("-")
         if pid.isdigit() and gone(host, int(pid)):
             shutil.rmtree(d, ignore_errors=True)
             swept.append(d)

@@ -28,7 +28,7 @@ def _states(rd: RunDir, role: str, tasks: int) -> list[dict[str, Any]]:
     return out
 
 
-def overview(rd: RunDir, cfg: Any, learner_running: bool = True) -> dict[str, Any]:
+def overview(rd: RunDir, cfg: Any, learner_running: bool) -> dict[str, Any]:
     """`learner_running`: whether the learner's task runs now; an ETA is
     given only then (a cancelled or failed run finishes never)."""
     out: dict[str, Any] = {}

@@ -204,9 +204,9 @@ def run_status(rd: RunDir, store: bool = True, disk: bool = True) -> dict[str, A
     from rl.run.disk import disk_use
     from rl.run.overview import overview
 
-    running = {r.role: r.counts["running"] > 0 for r in roles}
+    learner_running = any(r.role == "learner" and r.counts["running"] > 0 for r in roles)
     return {
-        "training": overview(rd, cfg, learner_running=running.get("learner", False)),
+        "training": overview(rd, cfg, learner_running),
         **({"disk": disk_use(rd.path)} if disk else {}),
         "store_damaged": store_damage(rd) if store else [],
         "run_dir": str(rd.path),
