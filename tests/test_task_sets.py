@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from conftest import sarl
@@ -25,6 +26,7 @@ def test_fresh_instances_share_the_template_and_nothing_else() -> None:
     assert len(got) == 6
     assert {template(t) for t in got} == {template(like)}
     assert len({reference_program(t) for t in got} | {reference_program(like)}) == 7  # every one its own program
+    assert all("repair" in t.metadata for t in got)  # drawn without the repair trace, kept with it
     assert instance_leaks(tasks, got).leaks == []  # none is an instance a training file holds
     assert find_leaks(tasks, got).counts()["template"] == 6  # and each shares its template: that is the point
     copy = got[0].model_copy(update={"task_id": "copy"})
@@ -32,9 +34,24 @@ def test_fresh_instances_share_the_template_and_nothing_else() -> None:
     assert {"prompt", "reference", "behaviour", "near-duplicate"} <= kinds
 
 
-def test_a_template_without_constants_has_no_fresh_instance() -> None:
+def test_a_template_without_constants_has_no_fresh_instance(monkeypatch: pytest.MonkeyPatch) -> None:
+    """And the draws stop once STALL of its draws in a row were its one
+    program, not after all ATTEMPTS an instance (they made `sarl tasks sets`
+    spend minutes on such templates)."""
+    from rl.tasks import instances
+
     tasks = synthesize("counting", 30, seed=1, difficulty=2)  # longest_run: one program
+    want, drawn = template(tasks[0]), []
+    real = instances._draw
+
+    def counted(*a: Any, **k: Any) -> Task | None:
+        t = real(*a, **k)
+        drawn.append(t is not None and template(t) == want)
+        return t
+
+    monkeypatch.setattr(instances, "_draw", counted)
     assert {template(t) for t in tasks} and fresh(tasks[0], 3, seed=1, avoid=tasks) == []
+    assert sum(drawn) == instances.STALL and len(drawn) < instances.ATTEMPTS * 3, (sum(drawn), len(drawn))
 
 
 def _after_docstring(t: Task) -> str:

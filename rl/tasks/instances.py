@@ -46,6 +46,12 @@ KINDS = ("prompt", "reference", "behaviour", "near-duplicate")
 """The kinds of leak at the instance level."""
 ATTEMPTS = 400
 """Draws per instance asked for, at most."""
+STALL = 200
+"""Draws of the template in a row whose reference program is already taken,
+after which it is taken to have no program left (a template without
+constants has one: the check that was spending all ATTEMPTS on it). Where
+even 2% of its programs were still new, 200 such draws in a row come with
+probability 0.018."""
 NEAR = 0.9
 """Estimated Jaccard of two whole prompts at which they are one instance."""
 
@@ -125,29 +131,39 @@ def instance_leaks(train: Iterable[Task], held: list[Task], threshold: float = N
 def fresh(like: Task, n: int, seed: int, avoid: Iterable[Task] = (), keys: Keys | None = None) -> list[Task]:
     """Up to `n` new instances of `like`'s template, each fresh against
     `avoid` (and `keys`, which it extends with them) and against each other.
-    Fewer when the template has no more (a template without constants has
-    one program); their ids are `like`'s with `/fresh-SEED-I`."""
+    Fewer when the template has no more: ATTEMPTS draws an instance, or STALL
+    draws in a row of programs already taken (a template without constants
+    has one program). Their ids are `like`'s with `/fresh-SEED-I`."""
     if keys is None:
         keys = Keys()
         for t in avoid:
             keys.add(t)
     want = template(like)
     out: list[Task] = []
+    taken = 0  # draws of the template in a row whose program is taken
     for attempt in range(ATTEMPTS * n):
-        if len(out) == n:
+        if len(out) == n or taken == STALL:
             break
-        rng = random.Random(f"fresh/{like.task_id}/{seed}/{attempt}")
-        task = _draw(like, rng, f"{like.task_id}/fresh-{seed}-{len(out)}")
-        if task is None or template(task) != want or keys.leaks(task):
+        seeded = f"fresh/{like.task_id}/{seed}/{attempt}"
+        task_id = f"{like.task_id}/fresh-{seed}-{len(out)}"
+        task = _draw(like, random.Random(seeded), task_id, repair=False)
+        if task is None or template(task) != want:
             continue
+        leaks = keys.leaks(task)
+        taken = taken + 1 if any(x.kind == "reference" for x in leaks) else 0
+        if leaks:
+            continue
+        task = _draw(like, random.Random(seeded), task_id)  # the same task, with its repair trace
+        assert task is not None
         keys.add(task)
         out.append(task)
     return out
 
 
-def _draw(like: Task, rng: random.Random, task_id: str) -> Task | None:
+def _draw(like: Task, rng: random.Random, task_id: str, repair: bool = True) -> Task | None:
     """One more task of `like`'s family and level (of its template, from its
-    recipe, where the family has one); None when the draw is refused."""
+    recipe, where the family has one); None when the draw is refused.
+    `repair`: with the repair trace's wrong first attempt (families.build)."""
     meta = like.metadata
     if meta.get("family") == "text":
         from rl.tasks.texts import text_task
@@ -164,6 +180,6 @@ def _draw(like: Task, rng: random.Random, task_id: str) -> Task | None:
         recipe = meta.get("recipe")
         spec = fam.remake(rng, level, recipe) if fam.remake is not None and recipe else fam.make(rng, level)
         keep = {k: v for k, v in meta.items() if k not in ("behaviour", "recipe", "repair")}
-        return build(spec, task_id, {**keep, "fresh_of": like.task_id})
+        return build(spec, task_id, {**keep, "fresh_of": like.task_id}, repair)
     except SpecError:
         return None

@@ -68,7 +68,10 @@ def _call(name: str, args: tuple[Any, ...]) -> str:
     return f"{name}({', '.join(repr(a) for a in args)})"
 
 
-def build(spec: Spec, task_id: str, metadata: dict[str, Any]) -> Task:
+def build(spec: Spec, task_id: str, metadata: dict[str, Any], repair: bool = True) -> Task:
+    """The task of `spec`; with `repair`, its repair trace's wrong first
+    attempt (the dearest part: drawing candidates builds without it, and again
+    with it once one is kept, to the same task, as it is seeded by `task_id`)."""
     header = f"def {spec.name}({spec.params}) -> {spec.returns}:\n"
     body = textwrap.indent(spec.body.strip("\n") + "\n", "    ")
     namespace: dict[str, Any] = {}
@@ -86,15 +89,19 @@ def build(spec: Spec, task_id: str, metadata: dict[str, Any]) -> Task:
     if len({repr(out) for _, out in cases}) < 2:
         raise SpecError(f"{task_id}: every test input gives the same output")
     shown = cases[:2]
-    repair = make_repair(
-        random.Random(f"{task_id}/repair"),
-        header,
-        spec.body,
-        spec.name,
-        [(_call(spec.name, a), repr(o)) for a, o in shown],
+    wrong = (
+        make_repair(
+            random.Random(f"{task_id}/repair"),
+            header,
+            spec.body,
+            spec.name,
+            [(_call(spec.name, a), repr(o)) for a, o in shown],
+        )
+        if repair
+        else None
     )
-    if repair is not None:  # a wrong first attempt and what it showed: the warm start's repair traces
-        metadata = {**metadata, "repair": repair}
+    if wrong is not None:  # a wrong first attempt and what it showed: the warm start's repair traces
+        metadata = {**metadata, "repair": wrong}
     doc = textwrap.fill(spec.doc, 76, initial_indent="    ", subsequent_indent="    ")
     examples = "".join(f"    >>> {_call(spec.name, a)}\n    {out!r}\n" for a, out in shown)
     prompt = f'{header}    """\n{doc}\n\n{examples}    """\n'
