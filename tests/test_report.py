@@ -53,3 +53,15 @@ def test_the_agents_turn_figures(counts: tuple[int, int, int, int], want: dict[s
     from rl.episodes.samples import agent_shares
 
     assert agent_shares(*counts) == want
+
+
+def test_the_glance_counts_each_roles_tasks_in_words() -> None:
+    from rl.run.report import glance
+
+    counts = {"done": 1, "running": 0, "failed": 0}
+    roles = {"learner": {"tasks": 1, "counts": counts}, "rollout": {"tasks": 4, "counts": {**counts, "running": 3}}}
+    status = {"name": "r", "run_dir": "/x/r", "roles": roles}
+    lines = glance(status, {})
+    assert lines[0] == "run r (/x/r)"
+    assert "learner: 1 task, 1 done, 0 running, 0 failed" in lines
+    assert "rollout: 4 tasks, 1 done, 3 running, 0 failed" in lines

@@ -289,7 +289,10 @@ def glance(status: dict[str, Any], curves: dict[str, Series]) -> list[str]:
         )
     for name, r in status["roles"].items():
         c = r["counts"]
-        lines.append(f"{name}: {r['tasks']} tasks, {c['done']} done, {c['running']} running, {c['failed']} failed")
+        n = r["tasks"]
+        lines.append(
+            f"{name}: {n} task{'s' if n != 1 else ''}, {c['done']} done, {c['running']} running, {c['failed']} failed"
+        )
     return lines
 
 
