@@ -210,6 +210,7 @@ STREAM_1_FILES = {
     "test_scale.py",
     "test_slurm.py",
     "test_task_sets.py",
+    "test_tasks_generate.py",
 }
 
 
