@@ -201,19 +201,16 @@ def sets(args: argparse.Namespace) -> int:
 
 
 def band(args: argparse.Namespace) -> int:
-    import json
-
     from rl.tasks.format import read_tasks, write_tasks
     from rl.tasks.roles import band as choose
-    from rl.tasks.roles import pass_rates
+    from rl.tasks.roles import check_band, read_rates
 
-    rates: dict[str, float] = {}
-    for folder in args.results:
-        path = folder / "results.jsonl" if folder.is_dir() else folder
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        rates.update(pass_rates(rows, args.by))
-    avoid = [t for f in args.avoid for t in read_tasks(f)]
     low, high = args.band
+    check_band(low, high, args.fresh)
+    rates: dict[str, float] = {}
+    for results in args.results:
+        rates.update(read_rates(results, args.by))
+    avoid = [t for f in args.avoid for t in read_tasks(f)]
     got = choose(list(read_tasks(args.candidates)), rates, low, high, args.fresh, args.seed, avoid)
     stem = args.candidates.name.removesuffix(".jsonl").removesuffix(".candidates")
     prefix = args.prefix or args.candidates.with_name(stem)

@@ -142,6 +142,37 @@ def test_band_refuses_a_measurement_that_keeps_nothing(workdir: Path) -> None:
     assert not (workdir / "g.B.jsonl").exists()
 
 
+def test_band_names_every_bad_line_of_its_results_and_checks_its_arguments_first(workdir: Path) -> None:
+    sarl("tasks", "generate", "-n", "12", "--seed", "2", "-o", "c.jsonl", cwd=workdir)
+    lines = ['{"task_id": "a", "n": 8, "passed": 3}', "not json", "[1]", '{"n": 8, "passed": 1}',
+             '{"task_id": "a", "n": 8, "passed": 3}', '{"task_id": "b", "n": 0, "passed": 0}',
+             '{"task_id": "c", "n": 8, "passed": 9}', '{"task_id": "d", "n": 8, "passed": true}',
+             '{"task_id": "e", "reward_mean": 0.5}']  # fmt: skip
+    (workdir / "r.jsonl").write_text("\n".join(lines) + "\n")
+    out = sarl("tasks", "band", "c.jsonl", "--results", "r.jsonl", cwd=workdir, check=False)
+    whole = "passed, n: whole numbers with 0 <= passed <= n and n >= 1 are required, got"
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert out.stderr.removeprefix("sarl tasks band: ").splitlines() == [
+        "r.jsonl:2: not valid JSON: Expecting value",
+        "r.jsonl:3: expected a JSON object, got list",
+        "r.jsonl:4: task_id: required string field is missing (a line of `sarl eval`'s results.jsonl)",
+        "r.jsonl:5: task_id 'a': also on line 1",
+        f"r.jsonl:6: {whole} 0, 0",
+        f"r.jsonl:7: {whole} 9, 8",
+        f"r.jsonl:8: {whole} True, 8",
+        "r.jsonl:9: passed, n: missing: not a line of `sarl eval`'s results.jsonl",
+    ]
+    by_reward = sarl("tasks", "band", "c.jsonl", "--results", "r.jsonl", "--by", "reward", cwd=workdir, check=False)
+    assert by_reward.returncode == 2 and "r.jsonl:1: reward_mean: a number from 0 to 1 is required" in by_reward.stderr
+    assert "r.jsonl:9" not in by_reward.stderr  # its reward_mean is all --by reward needs
+    for args, why in ((["none.jsonl"], "none.jsonl: no such file"),
+                      (["none.jsonl", "--band", "0.8", "0.1"], "--band 0.8 0.1: 0 <= low < high <= 1"),
+                      (["none.jsonl", "--fresh", "0"], "--fresh 0: at least one fresh instance")):  # fmt: skip
+        out = sarl("tasks", "band", "c.jsonl", "--results", *args, cwd=workdir, check=False)
+        assert out.returncode == 2 and why in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert not list(workdir.glob("c.B*"))
+
+
 def test_band_by_reward_chooses_text_templates_that_pass_nothing_yet(workdir: Path) -> None:
     """Partial credit has signal long before an exact answer: text templates
     are banded by their mean reward; by pass rate none would be kept."""

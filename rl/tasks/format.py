@@ -127,13 +127,13 @@ def _format(e: ValidationError) -> str:
 _SHOWN_ERRORS = 20
 
 
-class _NotJSON(str):
+class NotJSON(str):
     """A line that does not parse: the parser's message, in place of the data."""
 
 
-def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+def jsonl_lines(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number, parsed JSON) of each non-empty line of a JSONL (or .gz)
-    file; a line that does not parse comes as a `_NotJSON` message."""
+    file; a line that does not parse comes as a `NotJSON` message."""
     opener = gzip.open if path.suffix == ".gz" else open
     try:
         f = opener(path, "rt")
@@ -146,10 +146,10 @@ def _jsonl(path: Path) -> Iterator[tuple[int, Any]]:
             try:
                 yield n, json.loads(line)
             except json.JSONDecodeError as e:
-                yield n, _NotJSON(f"not valid JSON: {e.msg}")
+                yield n, NotJSON(f"not valid JSON: {e.msg}")
 
 
-class _Errors:
+class LineErrors:
     """Every bad line of a file, raised together at its end: one pass of
     `sarl tasks validate` names them all, not one per try."""
 
@@ -172,10 +172,10 @@ def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
     """Tasks of a JSONL file (optionally .gz). Raises TaskError naming every
     bad line (the first 20), after the good ones before it were yielded."""
     path = Path(path)
-    errors = _Errors(path)
+    errors = LineErrors(path)
     seen: dict[str, int] = {}
-    for n, data in _jsonl(path):
-        if isinstance(data, _NotJSON):
+    for n, data in jsonl_lines(path):
+        if isinstance(data, NotJSON):
             errors.add(n, data)
             continue
         if not isinstance(data, dict):
@@ -204,9 +204,9 @@ def write_tasks(path: str | os.PathLike[str], tasks: list[Task]) -> None:
 def read_samples(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, Any]]]:
     """HumanEval-style samples: JSONL lines with `task_id` and `completion`."""
     path = Path(path)
-    errors = _Errors(path)
-    for n, data in _jsonl(path):
-        if isinstance(data, _NotJSON):
+    errors = LineErrors(path)
+    for n, data in jsonl_lines(path):
+        if isinstance(data, NotJSON):
             errors.add(n, data)
             continue
         missing = [

@@ -26,10 +26,11 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rl.errors import SarlError
-from rl.tasks.format import Task
+from rl.tasks.format import LineErrors, NotJSON, Task, jsonl_lines
 from rl.tasks.instances import Keys, fresh
 from rl.tasks.leakage import template
 from rl.tasks.split import split_tasks
@@ -111,8 +112,7 @@ def band(
     """B: the candidates of the templates whose mean pass rate over their
     measured instances is within [low, high]; B': `per_template` fresh
     instances of each, none an instance of `avoid`, B or another B' task."""
-    if not 0.0 <= low < high <= 1.0:
-        raise SetsError(f"--band {low} {high}: 0 <= low < high <= 1")
+    check_band(low, high, per_template)
     by: dict[str, list[Task]] = defaultdict(list)
     for t in candidates:
         by[template(t)].append(t)
@@ -152,16 +152,68 @@ def _spread(rates: dict[str, float]) -> str:
     return f"{len(v)} templates, min {v[0]:.2f}, median {v[len(v) // 2]:.2f}, max {v[-1]:.2f}"
 
 
-def pass_rates(results: list[dict[str, Any]], by: str = "pass") -> dict[str, float]:
-    """Each task's measured rate, from the lines of a `sarl eval`
-    results.jsonl: `pass`, its samples that passed over its samples;
+def check_band(low: float, high: float, per_template: int) -> None:
+    """The band's bounds and B's fresh instances a template, checked before
+    any file is read."""
+    if not 0.0 <= low < high <= 1.0:
+        raise SetsError(f"--band {low} {high}: 0 <= low < high <= 1")
+    if per_template < 1:
+        raise SetsError(f"--fresh {per_template}: at least one fresh instance a template (B' holds them)")
+
+
+def read_rates(path: Path, by: str = "pass") -> dict[str, float]:
+    """Each task's measured rate, from a `sarl eval` results.jsonl (or the
+    folder that holds it): `pass`, its samples that passed over its samples;
     `reward`, its mean reward (partial credit, as text tasks grade: an exact
-    answer may be rare long after the reward has signal)."""
-    if by == "reward":
-        return {str(r["task_id"]): float(r["reward_mean"]) for r in results}
-    if by != "pass":
+    answer may be rare long after the reward has signal). A TaskError names
+    every bad line."""
+    if by not in ("pass", "reward"):
         raise SetsError(f"--by {by}: pass or reward")
-    return {str(r["task_id"]): int(r["passed"]) / max(1, int(r["n"])) for r in results}
+    path = path / "results.jsonl" if path.is_dir() else path
+    errors = LineErrors(path)
+    rates: dict[str, float] = {}
+    first: dict[str, int] = {}
+    for n, r in jsonl_lines(path):
+        if isinstance(r, NotJSON) or not isinstance(r, dict):
+            errors.add(n, r if isinstance(r, NotJSON) else f"expected a JSON object, got {type(r).__name__}")
+            continue
+        task_id = r.get("task_id")
+        if not isinstance(task_id, str) or not task_id:
+            errors.add(n, "task_id: required string field is missing (a line of `sarl eval`'s results.jsonl)")
+            continue
+        if task_id in first:
+            errors.add(n, f"task_id {task_id!r}: also on line {first[task_id]}")
+            continue
+        first[task_id] = n
+        rate = _rate(r, by)
+        if isinstance(rate, str):
+            errors.add(n, rate)
+        else:
+            rates[task_id] = rate
+    errors.raise_any()
+    return rates
+
+
+def _rate(r: dict[str, Any], by: str) -> float | str:
+    """A result line's rate, or what is wrong with it."""
+    if by == "reward":
+        mean = r.get("reward_mean")
+        if isinstance(mean, bool) or not isinstance(mean, int | float) or not 0.0 <= mean <= 1.0:
+            return f"reward_mean: a number from 0 to 1 is required to band --by reward, got {mean!r}"
+        return float(mean)
+    passed, n = r.get("passed"), r.get("n")
+    if passed is None and n is None:
+        return "passed, n: missing: not a line of `sarl eval`'s results.jsonl"
+    if (
+        isinstance(passed, bool)
+        or isinstance(n, bool)
+        or not isinstance(passed, int)
+        or not isinstance(n, int)
+        or not 0 <= passed <= n
+        or n < 1
+    ):
+        return f"passed, n: whole numbers with 0 <= passed <= n and n >= 1 are required, got {passed!r}, {n!r}"
+    return passed / n
 
 
 def with_signal(results: list[dict[str, Any]], by: str = "pass") -> int:
