@@ -232,6 +232,31 @@ def test_the_warm_starts_loss_covers_only_the_policys_replies(workdir: Path, tok
         read_traces(other)
 
 
+def test_a_traces_file_with_bad_lines_is_refused_before_submission_naming_each(workdir: Path, tiny_model: Path) -> None:
+    good = {"task_id": "a", "tokenizer": "x", "tokens": [1, 2, 3], "loss_mask": [0, 1, 1]}
+    bad = [
+        "not json",
+        [1],
+        {"task_id": "b"},
+        {**good, "loss_mask": [0, 1]},
+        {**good, "loss_mask": [0, 0, 0]},
+        {**good, "loss_mask": [0, 2, 1]},
+        {**good, "tokens": [1, -2, 3]},
+    ]
+    lines = [json.dumps(good)] + [x if isinstance(x, str) else json.dumps(x) for x in bad]
+    (workdir / "t.jsonl").write_text("\n".join(lines) + "\n")
+    loss = {"type": "sft", "source": "traces", "traces_file": "t.jsonl"}
+    out = sarl("submit", str(write_config(workdir, learner_config(tiny_model, 2, {"loss": loss}))), cwd=workdir,
+               check=False)  # fmt: skip
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    mask = "loss_mask: as many values as tokens, each 0 or 1, some of them 1"
+    for n, why in ((2, "not valid JSON"), (3, "expected a JSON object, got list"),
+                   (4, "tokenizer: missing or not a str; tokens: missing or not a list; loss_mask: missing"),
+                   (5, mask), (6, mask), (7, mask), (8, "tokens: token ids, whole numbers from 0")):  # fmt: skip
+        assert f"t.jsonl:{n}: {why}" in out.stderr, (n, out.stderr)
+    assert "t.jsonl:1:" not in out.stderr and not (workdir / "runs" / "l").exists()
+
+
 @pytest.mark.slow
 def test_sft_on_tool_traces_lowers_their_loss_and_reads_no_rollouts(workdir: Path, tiny_model: Path) -> None:
     from rl.store import Store

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rl.errors import SarlError
-from rl.tasks.format import Task
+from rl.tasks.format import LineErrors, NotJSON, Task, TaskError, jsonl_lines
 
 KINDS = ("direct", "repair", "refused")
 Kind = Literal["direct", "repair", "refused"]
@@ -244,24 +244,33 @@ def edit(before: str, after: str) -> dict[str, str]:
 
 
 def read_traces(path: Path) -> list[dict[str, Any]]:
-    """The file's traces; ValueError naming the line of one that is not a
-    trace with as many mask values as tokens and some trained tokens."""
-    out = []
-    for n, line in enumerate(Path(path).read_text().splitlines(), 1):
-        if not line.strip():
+    """The file's traces; a TaskError (a ValueError) naming every line that
+    is not a trace with as many mask values (each 0 or 1) as token ids, some
+    of them trained."""
+    path = Path(path)
+    errors, out = LineErrors(path), []
+    for n, t in jsonl_lines(path):
+        if isinstance(t, NotJSON) or not isinstance(t, dict):
+            errors.add(n, t if isinstance(t, NotJSON) else f"expected a JSON object, got {type(t).__name__}")
             continue
-        try:
-            t = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{n}: not JSON ({e.msg})") from None
-        for key, kind in (("task_id", str), ("tokenizer", str), ("tokens", list), ("loss_mask", list)):
-            if not isinstance(t, dict) or not isinstance(t.get(key), kind):
-                raise ValueError(
-                    f"{path}:{n}: {key}: missing or not a {kind.__name__} (write it with sarl tasks traces)"
-                )
-        if len(t["tokens"]) != len(t["loss_mask"]) or not any(t["loss_mask"]):
-            raise ValueError(f"{path}:{n}: loss_mask: as many values as tokens, some of them 1")
-        out.append(t)
+        wrong = [
+            f"{key}: missing or not a {kind.__name__}"
+            for key, kind in (("task_id", str), ("tokenizer", str), ("tokens", list), ("loss_mask", list))
+            if not isinstance(t.get(key), kind)
+        ]
+        if wrong:
+            errors.add(n, "; ".join(wrong) + " (write it with sarl tasks traces)")
+        elif not all(type(x) is int and x >= 0 for x in t["tokens"]):
+            errors.add(n, "tokens: token ids, whole numbers from 0")
+        elif (
+            len(t["tokens"]) != len(t["loss_mask"])
+            or not all(type(x) is int and x in (0, 1) for x in t["loss_mask"])
+            or 1 not in t["loss_mask"]
+        ):
+            errors.add(n, "loss_mask: as many values as tokens, each 0 or 1, some of them 1")
+        else:
+            out.append(t)
+    errors.raise_any()
     if not out:
-        raise ValueError(f"{path}: no trace")
+        raise TaskError(f"{path}: no trace")
     return out
