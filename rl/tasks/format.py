@@ -127,28 +127,6 @@ def _format(e: ValidationError) -> str:
 _SHOWN_ERRORS = 20
 
 
-class NotJSON(str):
-    """A line that does not parse: the parser's message, in place of the data."""
-
-
-def jsonl_lines(path: Path) -> Iterator[tuple[int, Any]]:
-    """(line number, parsed JSON) of each non-empty line of a JSONL (or .gz)
-    file; a line that does not parse comes as a `NotJSON` message."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    try:
-        f = opener(path, "rt")
-    except FileNotFoundError:
-        raise TaskError(f"{path}: no such file") from None
-    with f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                yield n, json.loads(line)
-            except json.JSONDecodeError as e:
-                yield n, NotJSON(f"not valid JSON: {e.msg}")
-
-
 class LineErrors:
     """Every bad line of a file, raised together at its end: one pass of
     `sarl tasks validate` names them all, not one per try."""
@@ -156,6 +134,29 @@ class LineErrors:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lines: list[str] = []
+
+    def objects(self) -> Iterator[tuple[int, dict[str, Any]]]:
+        """(line number, object) of each non-empty line of the JSONL (or .gz)
+        file that is a JSON object; a line that does not parse, or is not an
+        object, is recorded as bad."""
+        opener = gzip.open if self.path.suffix == ".gz" else open
+        try:
+            f = opener(self.path, "rt")
+        except FileNotFoundError:
+            raise TaskError(f"{self.path}: no such file") from None
+        with f:
+            for n, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as e:
+                    self.add(n, f"not valid JSON: {e.msg}")
+                    continue
+                if isinstance(data, dict):
+                    yield n, data
+                else:
+                    self.add(n, f"expected a JSON object, got {type(data).__name__}")
 
     def add(self, n: int, problem: str) -> None:
         self.lines.append(f"{self.path}:{n}: {problem}")
@@ -174,13 +175,7 @@ def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
     path = Path(path)
     errors = LineErrors(path)
     seen: dict[str, int] = {}
-    for n, data in jsonl_lines(path):
-        if isinstance(data, NotJSON):
-            errors.add(n, data)
-            continue
-        if not isinstance(data, dict):
-            errors.add(n, f"expected a JSON object, got {type(data).__name__}")
-            continue
+    for n, data in errors.objects():
         try:
             task = Task.model_validate(data)
         except ValidationError as e:
@@ -205,13 +200,8 @@ def read_samples(path: str | os.PathLike[str]) -> Iterator[tuple[int, dict[str, 
     """HumanEval-style samples: JSONL lines with `task_id` and `completion`."""
     path = Path(path)
     errors = LineErrors(path)
-    for n, data in jsonl_lines(path):
-        if isinstance(data, NotJSON):
-            errors.add(n, data)
-            continue
-        missing = [
-            k for k in ("task_id", "completion") if not isinstance(data, dict) or not isinstance(data.get(k), str)
-        ]
+    for n, data in errors.objects():
+        missing = [k for k in ("task_id", "completion") if not isinstance(data.get(k), str)]
         if missing:
             errors.add(n, "; ".join(f"{k}: required string field is missing" for k in missing))
         elif not errors.lines:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from rl.errors import SarlError
-from rl.tasks.format import LineErrors, NotJSON, Task, jsonl_lines
+from rl.tasks.format import LineErrors, Task
 from rl.tasks.instances import Keys, fresh
 from rl.tasks.leakage import template
 from rl.tasks.split import split_tasks
@@ -173,10 +173,7 @@ def read_rates(path: Path, by: str = "pass") -> dict[str, float]:
     errors = LineErrors(path)
     rates: dict[str, float] = {}
     first: dict[str, int] = {}
-    for n, r in jsonl_lines(path):
-        if isinstance(r, NotJSON) or not isinstance(r, dict):
-            errors.add(n, r if isinstance(r, NotJSON) else f"expected a JSON object, got {type(r).__name__}")
-            continue
+    for n, r in errors.objects():
         task_id = r.get("task_id")
         if not isinstance(task_id, str) or not task_id:
             errors.add(n, "task_id: required string field is missing (a line of `sarl eval`'s results.jsonl)")

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rl.errors import SarlError
-from rl.tasks.format import LineErrors, NotJSON, Task, TaskError, jsonl_lines
+from rl.tasks.format import LineErrors, Task, TaskError
 
 KINDS = ("direct", "repair", "refused")
 Kind = Literal["direct", "repair", "refused"]
@@ -249,10 +249,7 @@ def read_traces(path: Path) -> list[dict[str, Any]]:
     of them trained."""
     path = Path(path)
     errors, out = LineErrors(path), []
-    for n, t in jsonl_lines(path):
-        if isinstance(t, NotJSON) or not isinstance(t, dict):
-            errors.add(n, t if isinstance(t, NotJSON) else f"expected a JSON object, got {type(t).__name__}")
-            continue
+    for n, t in errors.objects():
         wrong = [
             f"{key}: missing or not a {kind.__name__}"
             for key, kind in (("task_id", str), ("tokenizer", str), ("tokens", list), ("loss_mask", list))
