@@ -201,14 +201,7 @@ def _rate(r: dict[str, Any], by: str) -> float | str:
     passed, n = r.get("passed"), r.get("n")
     if passed is None and n is None:
         return "passed, n: missing: not a line of `sarl eval`'s results.jsonl"
-    if (
-        isinstance(passed, bool)
-        or isinstance(n, bool)
-        or not isinstance(passed, int)
-        or not isinstance(n, int)
-        or not 0 <= passed <= n
-        or n < 1
-    ):
+    if type(passed) is not int or type(n) is not int or not 0 <= passed <= n or n < 1:  # bool is no count
         return f"passed, n: whole numbers with 0 <= passed <= n and n >= 1 are required, got {passed!r}, {n!r}"
     return passed / n
 
