@@ -53,7 +53,11 @@ def _default_slot_dir() -> Path:
 
 
 SLOT_DIR = _default_slot_dir()
-MAX_SLOTS = 4096
+SLOTS = range(4096)
+"""The slot numbers a sandbox may take. A slot's uid and cgroup name are the
+node's, not the slot folder's: as root, slot 3 of any folder is uid 100003,
+and taking it kills that uid's processes. Two slot folders on one node (a
+test's private one beside a worker's) must therefore use disjoint numbers."""
 CONTROLLERS = ("memory", "pids", "cpuacct", "freezer")
 KILL_WAIT_S = 10.0
 """How long killing a sandbox's processes waits for them to leave its cgroups."""
@@ -139,7 +143,7 @@ class Slot:
     @classmethod
     def acquire(cls) -> Slot:
         folder = private_dir(SLOT_DIR)
-        for n in range(MAX_SLOTS):
+        for n in SLOTS:
             fd = os.open(folder / f"slot-{n}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             f = os.fdopen(fd, "r+b")
             try:
@@ -151,7 +155,7 @@ class Slot:
             if os.geteuid() == 0:
                 kill_uid(slot.uid)
             return slot
-        raise SandboxError(f"all {MAX_SLOTS} sandbox slots of this node are taken (locks in {SLOT_DIR})")
+        raise SandboxError(f"all {len(SLOTS)} sandbox slots of this node are taken (locks in {SLOT_DIR})")
 
 
 class Cgroups:

@@ -176,6 +176,25 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 @pytest.fixture
+def own_slot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """One sandbox slot for this test alone, from a private slot folder: every
+    sandbox the test opens takes it, one after another, and a second one finds
+    none free. A slot's number names a uid and cgroups of the whole node
+    (sandboxes.cgroups.SLOTS): slot 0 of a private folder was the other
+    stream's slot 0, and opening a sandbox on it killed that stream's sandbox.
+    So the number is first reserved in the node's own slot folder, far above
+    the numbers the other stream's sandboxes take."""
+    import sandboxes.cgroups as cg
+
+    monkeypatch.setattr(cg, "SLOTS", range(4000, 4096))
+    reserved = cg.Slot.acquire()
+    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
+    monkeypatch.setattr(cg, "SLOTS", range(reserved.n, reserved.n + 1))
+    yield reserved.n
+    reserved.release()
+
+
+@pytest.fixture
 def workdir(tmp_path: Path) -> Path:
     return tmp_path
 

@@ -643,14 +643,12 @@ def test_cannot_raise_its_limits_trace_the_agent_or_reach_devices(sb: BwrapSandb
     assert not {"mem", "kmem", "sda", "vda", "port"} & set(devices) and "null" in devices
 
 
-def test_pool_refill_outlives_a_node_without_free_slots(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_pool_refill_outlives_a_node_without_free_slots(own_slot: int) -> None:
     """With every slot taken, the refill thread records why and keeps trying;
     `take()` raises a SandboxError; once a slot frees up, the pool fills."""
     import sandboxes.cgroups as cg
     from sandboxes.base import SandboxError
 
-    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
-    monkeypatch.setattr(cg, "MAX_SLOTS", 1)
     held = cg.Slot.acquire()
     pool = WarmPool(SandboxConfig(), size=1)
     try:

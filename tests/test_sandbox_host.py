@@ -40,11 +40,8 @@ def test_the_workers_session_keyring_is_out_of_reach() -> None:
         assert "sarl-host-krb5-ticket" not in _keys_inside(sb)
 
 
-def test_a_key_an_episode_leaves_in_the_slot_users_keyring_is_gone_after_reset_and_close(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
-    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
-    monkeypatch.setattr(cg, "MAX_SLOTS", 1)  # the next sandbox gets the same slot, so the same uid
+def test_a_key_an_episode_leaves_in_the_slot_users_keyring_is_gone_after_reset_and_close(own_slot: int) -> None:
+    # own_slot: the next sandbox gets the same slot, so the same uid
     with open_sandbox(SandboxConfig()) as sb:
         added = sb.run_snippet(ADD_KEY.format(desc="left-by-episode-1", ring=-4))  # @u
         assert int(added.stdout) > 0, added.stderr
@@ -93,12 +90,11 @@ def test_a_slot_folder_that_is_not_ours_alone_is_refused(tmp_path: Path) -> None
     assert made.stat().st_mode & 0o777 == 0o700
 
 
-def test_slot_lock_files_are_private_to_the_worker(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
+def test_slot_lock_files_are_private_to_the_worker(own_slot: int, tmp_path: Path) -> None:
     slot = cg.Slot.acquire()
     try:
         assert (tmp_path / "slots").stat().st_mode & 0o777 == 0o700
-        assert (tmp_path / "slots" / "slot-0.lock").stat().st_mode & 0o777 == 0o600
+        assert (tmp_path / "slots" / f"slot-{own_slot}.lock").stat().st_mode & 0o777 == 0o600
     finally:
         slot.release()
 

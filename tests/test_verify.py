@@ -472,13 +472,9 @@ def test_every_hostile_sample_gets_a_verdict_and_the_batch_survives(verifier: Ve
     assert by_name["huge solution"].checks["static"] == 0.0
 
 
-def test_a_sandbox_that_cannot_start_gives_a_verdict_not_an_exception(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def test_a_sandbox_that_cannot_start_gives_a_verdict_not_an_exception(own_slot: int) -> None:
     import sandboxes.cgroups as cg
 
-    monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
-    monkeypatch.setattr(cg, "MAX_SLOTS", 1)
     held = cg.Slot.acquire()  # every slot of the node taken
     try:
         with Verifier(VerifyConfig(parallel=1)) as v:
