@@ -156,7 +156,7 @@ def test_band_names_every_bad_line_of_its_results_and_checks_its_arguments_first
         "r.jsonl:2: not valid JSON: Expecting value",
         "r.jsonl:3: expected a JSON object, got list",
         "r.jsonl:4: task_id: required string field is missing (a line of `sarl eval`'s results.jsonl)",
-        "r.jsonl:5: task_id 'a': also on line 1",
+        "r.jsonl:5: task_id 'a' already used on line 1",
         f"r.jsonl:6: {whole} 0, 0",
         f"r.jsonl:7: {whole} 9, 8",
         f"r.jsonl:8: {whole} True, 8",

@@ -134,6 +134,7 @@ class LineErrors:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lines: list[str] = []
+        self._task_ids: dict[str, int] = {}
 
     def objects(self) -> Iterator[tuple[int, dict[str, Any]]]:
         """(line number, object) of each non-empty line of the JSONL (or .gz)
@@ -158,6 +159,13 @@ class LineErrors:
                 else:
                     self.add(n, f"expected a JSON object, got {type(data).__name__}")
 
+    def new_task_id(self, n: int, task_id: str) -> bool:
+        """Whether line n is the first with this task id; a repeat is recorded as bad."""
+        first = self._task_ids.setdefault(task_id, n)
+        if first != n:
+            self.add(n, f"task_id {task_id!r} already used on line {first}")
+        return first == n
+
     def add(self, n: int, problem: str) -> None:
         self.lines.append(f"{self.path}:{n}: {problem}")
 
@@ -174,17 +182,14 @@ def read_tasks(path: str | os.PathLike[str]) -> Iterator[Task]:
     bad line (the first 20), after the good ones before it were yielded."""
     path = Path(path)
     errors = LineErrors(path)
-    seen: dict[str, int] = {}
     for n, data in errors.objects():
         try:
             task = Task.model_validate(data)
         except ValidationError as e:
             errors.add(n, _format(e))
             continue
-        if task.task_id in seen:
-            errors.add(n, f"task_id {task.task_id!r} already used on line {seen[task.task_id]}")
+        if not errors.new_task_id(n, task.task_id):
             continue
-        seen[task.task_id] = n
         if not errors.lines:  # after a bad line, only its fellows are looked for
             yield task
     errors.raise_any()

@@ -172,16 +172,13 @@ def read_rates(path: Path, by: str = "pass") -> dict[str, float]:
     path = path / "results.jsonl" if path.is_dir() else path
     errors = LineErrors(path)
     rates: dict[str, float] = {}
-    first: dict[str, int] = {}
     for n, r in errors.objects():
         task_id = r.get("task_id")
         if not isinstance(task_id, str) or not task_id:
             errors.add(n, "task_id: required string field is missing (a line of `sarl eval`'s results.jsonl)")
             continue
-        if task_id in first:
-            errors.add(n, f"task_id {task_id!r}: also on line {first[task_id]}")
+        if not errors.new_task_id(n, task_id):
             continue
-        first[task_id] = n
         rate = _rate(r, by)
         if isinstance(rate, str):
             errors.add(n, rate)
