@@ -56,8 +56,15 @@ SLOT_DIR = _default_slot_dir()
 SLOTS = range(4096)
 """The slot numbers a sandbox may take. A slot's uid and cgroup name are the
 node's, not the slot folder's: as root, slot 3 of any folder is uid 100003,
-and taking it kills that uid's processes. Two slot folders on one node (a
-test's private one beside a worker's) must therefore use disjoint numbers."""
+and taking it kills that uid's processes. So root also locks the uid itself,
+in UID_LOCK_DIR."""
+UID_LOCK_DIR = Path("/run/sarl-sandbox-uids")
+"""As root, one lock file a sandbox uid, in one folder a node, whatever slot
+folder a worker uses (`SARL_SANDBOX_SLOTS`): two workers with different slot
+folders would otherwise hand out one uid twice, and each would kill the
+other's sandboxes. Not covered: without root, two workers of one user in one
+cgroup with different slot folders still share cgroup names (`sb<n>`); their
+uids are their own user namespaces'."""
 CONTROLLERS = ("memory", "pids", "cpuacct", "freezer")
 KILL_WAIT_S = 10.0
 """How long killing a sandbox's processes waits for them to leave its cgroups."""
@@ -120,9 +127,9 @@ def kill_uid(uid: int, wait_s: float = 0.0) -> int:
 class Slot:
     """An exclusive sandbox slot on this node."""
 
-    def __init__(self, n: int, lock: IO[bytes]):
+    def __init__(self, n: int, locks: list[IO[bytes]]):
         self.n = n
-        self._lock = lock
+        self._locks = locks
 
     @property
     def uid(self) -> int:
@@ -135,27 +142,44 @@ class Slot:
     def release(self) -> None:
         """Free the slot once none of its processes is alive (as root: its uid
         is this slot's alone), so that a sandbox's close() leaves nothing behind."""
-        if os.geteuid() == 0 and not self._lock.closed:
+        if os.geteuid() == 0 and not self._locks[0].closed:
             kill_uid(self.uid, wait_s=KILL_WAIT_S)
-        with contextlib.suppress(ValueError, OSError):
-            self._lock.close()
+        for lock in self._locks:
+            with contextlib.suppress(ValueError, OSError):
+                lock.close()
 
     @classmethod
     def acquire(cls) -> Slot:
         folder = private_dir(SLOT_DIR)
+        uids = private_dir(UID_LOCK_DIR) if os.geteuid() == 0 else None
         for n in SLOTS:
-            fd = os.open(folder / f"slot-{n}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-            f = os.fdopen(fd, "r+b")
-            try:
-                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                f.close()
+            lock = _try_lock(folder / f"slot-{n}.lock")
+            if lock is None:
                 continue
-            slot = cls(n, f)
-            if os.geteuid() == 0:
-                kill_uid(slot.uid)
+            slot = cls(n, [lock])
+            if uids is None:
+                return slot
+            uid_lock = _try_lock(uids / f"uid-{slot.uid}.lock")
+            if uid_lock is None:  # another slot folder's worker holds this uid
+                lock.close()
+                continue
+            slot._locks.append(uid_lock)
+            kill_uid(slot.uid)
             return slot
         raise SandboxError(f"all {len(SLOTS)} sandbox slots of this node are taken (locks in {SLOT_DIR})")
+
+
+def _try_lock(path: Path) -> IO[bytes] | None:
+    """`path` (made 0600 if missing, never through a symlink) held under an
+    exclusive flock, or None if another process holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    f = os.fdopen(fd, "r+b")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        return None
+    return f
 
 
 class Cgroups:

@@ -182,13 +182,15 @@ def own_slot(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
     none free. A slot's number names a uid and cgroups of the whole node
     (sandboxes.cgroups.SLOTS): slot 0 of a private folder was the other
     stream's slot 0, and opening a sandbox on it killed that stream's sandbox.
-    So the number is first reserved in the node's own slot folder, far above
-    the numbers the other stream's sandboxes take."""
+    So the number is first reserved in the node's own slot folder (and, as
+    root, uid lock folder), far above the numbers the other stream's
+    sandboxes take; the test then locks it in private folders of its own."""
     import sandboxes.cgroups as cg
 
     monkeypatch.setattr(cg, "SLOTS", range(4000, 4096))
     reserved = cg.Slot.acquire()
     monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "slots")
+    monkeypatch.setattr(cg, "UID_LOCK_DIR", tmp_path / "uids")
     monkeypatch.setattr(cg, "SLOTS", range(reserved.n, reserved.n + 1))
     yield reserved.n
     reserved.release()

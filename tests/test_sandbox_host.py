@@ -99,6 +99,29 @@ def test_slot_lock_files_are_private_to_the_worker(own_slot: int, tmp_path: Path
         slot.release()
 
 
+def test_as_root_a_second_slot_folder_cannot_take_a_uid_in_use_nor_kill_its_processes(
+    own_slot: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers on one node with different slot folders (`SARL_SANDBOX_SLOTS`):
+    as root, slot n of either is uid 100000 + n, and taking a slot kills that
+    uid's processes. The uid lock keeps the second folder off a uid in use."""
+    if os.geteuid() != 0:
+        pytest.skip("as a user, a sandbox's uid is its own user namespace's, not the node's")
+    first = cg.Slot.acquire()
+    sandboxed = subprocess.Popen(["/bin/sleep", "60"], user=first.uid)
+    try:
+        monkeypatch.setattr(cg, "SLOT_DIR", tmp_path / "another-workers-slots")
+        with pytest.raises(SandboxError, match="all 1 sandbox slots of this node are taken"):
+            cg.Slot.acquire()
+        assert sandboxed.poll() is None, "a second slot folder killed the first one's sandbox"
+    finally:
+        first.release()  # kills the uid's processes: the sleep too
+    assert sandboxed.wait(timeout=15) == -9
+    second = cg.Slot.acquire()  # free again, through the other folder
+    assert second.n == own_slot
+    second.release()
+
+
 def _job_cgroup() -> tuple[Path, str, str]:
     """A stand-in for a Slurm job's cgroup, as a child of this process's own:
     (its folder, how a sandbox result names it, the line of a sandbox's
