@@ -72,6 +72,9 @@ def _sets_by_role(tsub: Any) -> None:
         help="of the other templates, kept from A: B may then hold templates new to the warm start",
     )
     s.add_argument("--candidates", type=int, default=2, metavar="N", help="fresh instances of each template")
+    s.add_argument("--fresh", type=int, default=4, metavar="N",
+                   help="fresh instances a template must have left for B' (band's --fresh): a template short of "
+                   "them is no candidate, so no eval measures it for nothing")  # fmt: skip
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("-o", "--prefix", type=Path, help="PREFIX.A.jsonl, ... (default: TASKS without .jsonl)")
     s.set_defaults(handler=sets)
@@ -185,7 +188,7 @@ def sets(args: argparse.Namespace) -> int:
     from rl.tasks.format import read_tasks, write_tasks
     from rl.tasks.roles import make_sets
 
-    got = make_sets(list(read_tasks(args.file)), args.held_out, args.new, args.candidates, args.seed)
+    got = make_sets(list(read_tasks(args.file)), args.held_out, args.new, args.candidates, args.seed, args.fresh)
     prefix = args.prefix or args.file.with_name(args.file.name.removesuffix(".gz").removesuffix(".jsonl"))
     paths = {name: prefix.with_name(f"{prefix.name}.{name}.jsonl") for name in ("A", "U", "candidates")}
     for name, tasks in (("A", got.a), ("U", got.u), ("candidates", got.candidates)):
@@ -194,7 +197,8 @@ def sets(args: argparse.Namespace) -> int:
     print(
         f"A: {len(got.a)} tasks -> {paths['A']}; U: {len(got.u)} tasks of {c['u']} templates -> {paths['U']}; "
         f"candidates: {len(got.candidates)} fresh instances of {c['seen']} templates of A and {c['new']} kept "
-        f"from it -> {paths['candidates']} ({c['no_fresh']} templates have no fresh instance)",
+        f"from it -> {paths['candidates']} ({c['short']} templates have fewer than {args.candidates + args.fresh} "
+        f"fresh instances: {args.candidates} candidates and {args.fresh} for B')",
         file=sys.stderr,
     )
     return 0

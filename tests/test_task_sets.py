@@ -54,6 +54,25 @@ def test_a_template_without_constants_has_no_fresh_instance(monkeypatch: pytest.
     assert sum(drawn) == instances.STALL and len(drawn) < instances.ATTEMPTS * 3, (sum(drawn), len(drawn))
 
 
+def test_sets_leave_out_of_the_candidates_a_template_short_of_fresh_instances_for_b_prime() -> None:
+    """A template that gives its candidates but not B' after them is measured
+    by the band's eval (the dearest step) and then dropped: with `--fresh`,
+    every template the band keeps reaches B'."""
+    from rl.tasks.roles import band, make_sets
+
+    tasks = synthesize("all", 40, seed=3)
+    measured = {}
+    for reserve in (0, 4):
+        sets = make_sets(tasks, 0.3, 0.0, 2, seed=1, reserve=reserve)
+        everywhere_in_band = {t.task_id: 0.5 for t in sets.candidates}
+        got = band(sets.candidates, everywhere_in_band, 0.1, 0.8, 4, seed=1, avoid=[*sets.a, *sets.u])
+        measured[reserve] = (len(got.rates), len(got.kept), sets.templates["short"])
+    (before, kept_before, _), (after, kept_after, short) = measured[0], measured[4]
+    assert kept_before < before, measured  # the case: measured templates the band then dropped
+    assert kept_after == after and short > 0, measured  # none now: they were left out before any eval
+    assert kept_after >= kept_before, measured  # and no template that reached B' was lost
+
+
 def _after_docstring(t: Task) -> str:
     """A workspace reference's function past its docstring, its name masked:
     the program, told apart by its text rather than by an AST."""

@@ -178,8 +178,15 @@ def _make_sets(c: _Chain) -> None:
     c.sh("tasks", "tasks", "generate", "--family", a.family, "-n", str(c.n_tasks), "--seed", str(a.seed),
          "-o", "gen.jsonl")  # fmt: skip
     c.sh("sets", "tasks", "sets", "gen.jsonl", "--held-out", str(held), "--new", str(a.new),
-         "--candidates", str(1 if c.quick else a.candidates), "--seed", str(a.seed))  # fmt: skip
+         "--candidates", str(1 if c.quick else a.candidates), "--fresh", str(_b_fresh(c)),
+         "--seed", str(a.seed))  # fmt: skip
     c.sh("humaneval", "tasks", "import", "humaneval", "-o", "humaneval.jsonl")
+
+
+def _b_fresh(c: _Chain) -> int:
+    """B' instances a kept template: the band draws them, and the sets keep
+    out of the candidates a template that has too few left."""
+    return 2 if c.quick else int(c.args.fresh)
 
 
 def _warm_start(c: _Chain) -> None:
@@ -218,7 +225,7 @@ def _choose_b(c: _Chain, temperature: dict[str, Any]) -> dict[str, int]:
     got = temperature["measured"][str(temperature["chosen"])]
     low, high = (0.0, 1.0) if c.quick else c.args.band  # a tiny model passes nothing: every template is kept
     c.sh("band", "tasks", "band", "gen.candidates.jsonl", "--results", got["folder"], "--band", str(low), str(high),
-         "--by", c.args.band_by, "--fresh", str(2 if c.quick else c.args.fresh), "--avoid", "gen.A.jsonl",
+         "--by", c.args.band_by, "--fresh", str(_b_fresh(c)), "--avoid", "gen.A.jsonl",
          "gen.U.jsonl", "--seed", str(c.args.seed))  # fmt: skip
     if c.quick:  # a few tasks of each evaluated set are enough to run the chain
         for name in SETS.values():

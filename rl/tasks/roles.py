@@ -14,7 +14,9 @@ then of the other templates a share `new` is kept from A; the candidates
 for B are fresh instances of every other template (seen and new alike).
 `band` keeps the candidates' templates whose measured pass rate lies in the
 band, and draws B' for them. A template that has no fresh instance (one
-without constants has one program) cannot be in B: its B' would repeat B.
+without constants has one program) cannot be in B: its B' would repeat B;
+nor can one with fewer than B' takes, so `sets --fresh` leaves such
+templates out of the candidates before anything measures them.
 
 Learning is then claimed on B' (instances) and checked on U (templates):
 `sarl tasks leaks` checks A + B against U for templates, and every
@@ -47,17 +49,25 @@ class Sets:
     candidates: list[Task]
     """Fresh instances of every template outside U, each marked `seen` or `new` (to A)."""
     templates: dict[str, int] = field(default_factory=dict)
-    """Templates by where they went: u, seen (in A), new (kept from A), no_fresh (no instance left to draw)."""
+    """Templates by where they went: u, seen (in A), new (kept from A), short
+    (fewer fresh instances left than the candidates and B' need)."""
 
 
-def make_sets(tasks: list[Task], held_out: float, new: float, per_template: int, seed: int) -> Sets:
+def make_sets(
+    tasks: list[Task], held_out: float, new: float, per_template: int, seed: int, reserve: int = 0
+) -> Sets:
     """U (whole templates, `held_out` of the tasks), A, and `per_template`
     candidate instances of every other template; `new` of the other
-    templates are kept from A."""
+    templates are kept from A. A template is a candidate only if `reserve`
+    more fresh instances are left to draw (`band --fresh`, B'): one short of
+    them would be measured by the band's eval, the dearest step, and then
+    dropped."""
     if not 0.0 <= new < 1.0:
         raise SetsError(f"--new {new}: a fraction in [0, 1)")
     if per_template < 1:
         raise SetsError(f"--candidates {per_template}: at least one instance a template")
+    if reserve < 0:
+        raise SetsError(f"--fresh {reserve}: a number of fresh instances, 0 or more")
     s = split_tasks(tasks, held_out, seed)
     u, rest = s.held, s.train
     by: dict[str, list[Task]] = defaultdict(list)
@@ -71,12 +81,14 @@ def make_sets(tasks: list[Task], held_out: float, new: float, per_template: int,
     for t in tasks:
         avoid.add(t)
     candidates: list[Task] = []
-    counts = {"u": len({template(t) for t in u}), "seen": 0, "new": 0, "no_fresh": 0}
+    counts = {"u": len({template(t) for t in u}), "seen": 0, "new": 0, "short": 0}
     for key in sorted(by):
-        got = fresh(by[key][0], per_template, seed, keys=avoid)
-        if not got:
-            counts["no_fresh"] += 1
+        # the reserve is only counted: band draws B' again, against the candidates, A and U
+        got = fresh(by[key][0], per_template + reserve, seed, keys=avoid)
+        if len(got) < per_template + reserve:
+            counts["short"] += 1
             continue
+        got = got[:per_template]
         kind = "new" if key in fresh_keys else "seen"
         counts[kind] += 1
         candidates += [t.model_copy(update={"metadata": {**t.metadata, "to_warm_start": kind}}) for t in got]
