@@ -53,13 +53,13 @@ pids=()
 # Stopped, this script stops its streams: their command lines do not name the
 # clone, so a stream left running would go on beside the next run, with its --basetemp.
 trap 'kill -TERM "${pids[@]}" 2>/dev/null; rm -rf "$logs"; exit 143' TERM INT HUP
-for i in 0 1 2; do
+for i in "${!names[@]}"; do
   OMP_NUM_THREADS=1 VLLM_CPU_OMP_THREADS_BIND=nobind .venv/bin/python -m pytest -p no:cacheprovider --basetemp="/tmp/sarl-tests-${names[$i]}" --stream $((i + 1)) \
     >"$logs/${names[$i]}" 2>&1 &
   pids+=($!)
 done
 failed=()
-for i in 0 1 2; do
+for i in "${!names[@]}"; do
   rc=0
   wait "${pids[$i]}" || rc=$?
   echo "=== tests: ${names[$i]} (exit $rc) ==="
