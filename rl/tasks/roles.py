@@ -53,9 +53,7 @@ class Sets:
     (fewer fresh instances left than the candidates and B' need)."""
 
 
-def make_sets(
-    tasks: list[Task], held_out: float, new: float, per_template: int, seed: int, reserve: int = 0
-) -> Sets:
+def make_sets(tasks: list[Task], held_out: float, new: float, per_template: int, seed: int, reserve: int = 0) -> Sets:
     """U (whole templates, `held_out` of the tasks), A, and `per_template`
     candidate instances of every other template; `new` of the other
     templates are kept from A. A template is a candidate only if `reserve`
