@@ -361,9 +361,17 @@ def test_close_leaves_no_process_behind() -> None:
 
 
 @pytest.mark.slow
-def test_crashed_worker_leaves_nothing_once_its_successor_starts(tmp_path: Path) -> None:
-    worker = textwrap.dedent("""
+def test_crashed_worker_leaves_nothing_once_its_successor_starts(own_slot: int) -> None:
+    """own_slot, in the worker too: the freed slot is the successor's, not a
+    sandbox's of another stream that took it first."""
+    import sandboxes.cgroups as cg
+
+    worker = textwrap.dedent(f"""
         import sys, time
+        from pathlib import Path
+        import sandboxes.cgroups as cg
+        cg.SLOT_DIR, cg.UID_LOCK_DIR = Path({str(cg.SLOT_DIR)!r}), Path({str(cg.UID_LOCK_DIR)!r})
+        cg.SLOTS = range({own_slot}, {own_slot + 1})
         from sandboxes.bwrap import BwrapSandbox
         box = BwrapSandbox()
         box.exec(["/bin/sh", "-c", "setsid sleep 1000 & echo"])
