@@ -1,5 +1,8 @@
-"""`sarl eval RUN_DIR --tasks FILE`: pass@1 and pass@k of one weight version
-(rl.eval.run), with standard errors; per-task results in the run directory."""
+"""`sarl eval RUN_DIR --tasks FILE...`: pass@1 and pass@k of one weight
+version (rl.eval.run), with standard errors; per-task results in the run
+directory. Several files, and several samplings (`-n 1 8 --temperature 0
+1`: greedy, then 8 samples at T = 1), are played one after another on one
+engine: each pair of a file and a sampling is a play, with its own summary."""
 
 from __future__ import annotations
 
@@ -12,10 +15,14 @@ from typing import Any
 def add_commands(sub: Any) -> None:
     q = sub.add_parser("eval", help="pass@1 and pass@k of a weight version on a task file, with standard errors")
     q.add_argument("run_dir", type=Path, metavar="RUN_DIR")
-    q.add_argument("--tasks", type=Path, required=True, metavar="FILE", help="task file (JSONL) to evaluate on")
+    q.add_argument("--tasks", type=Path, nargs="+", required=True, metavar="FILE",
+                   help="task files (JSONL) to evaluate on, each with every sampling, on one engine")  # fmt: skip
     q.add_argument("--version", type=int, default=None, help="weight version (default: the newest; 0: the base)")
-    q.add_argument("-n", type=int, default=1, help="samples per task (pass@k needs k <= n)")
-    q.add_argument("-k", type=int, nargs="*", default=None, help="the k of pass@k (default: 1 and n)")
+    q.add_argument("-n", type=int, nargs="+", default=[1], metavar="N",
+                   help="samples per task; several, each with its --temperature, are played in turn "
+                   "(-n 1 8 --temperature 0 1: greedy, then 8 samples at T = 1)")  # fmt: skip
+    q.add_argument("-k", type=int, nargs="*", default=None,
+                   help="the k of pass@k, each reported where k <= n (default: 1 and n)")  # fmt: skip
     q.add_argument("--concurrency", type=int, default=8, help="episodes at once")
     q.add_argument(
         "--engine",
@@ -31,9 +38,33 @@ def add_commands(sub: Any) -> None:
     )
     q.add_argument("--max-tokens", type=int, help="tokens per reply (default: the run's agent)")
     q.add_argument("--max-turns", type=int, help="replies per episode (default: the run's agent)")
-    q.add_argument("--temperature", type=float, help="sampling temperature (default: the run's agent)")
-    q.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    q.add_argument("--temperature", type=float, nargs="+", metavar="T",
+                   help="sampling temperature, one for every -n or one for all (default: the run's agent)")  # fmt: skip
+    q.add_argument("--json", action="store_true",
+                   help="print the summary as one JSON object; several plays: a list of them, in order "
+                   "(each file with each sampling in turn)")  # fmt: skip
     q.set_defaults(handler=run)
+
+
+def samplings(ns: list[int], temperatures: list[float] | None) -> list[tuple[int, float | None]]:
+    """-n and --temperature paired: (samples a task, temperature or None for
+    the run's agent's), in order. A single value of either goes with every
+    value of the other."""
+    from rl.errors import ConfigError
+
+    ts: list[float | None] = list(temperatures) if temperatures else [None]
+    if len(ns) > 1 and len(ts) > 1 and len(ns) != len(ts):
+        raise ConfigError(f"-n {' '.join(map(str, ns))} and --temperature {' '.join(map(str, ts))}: "
+                        "give as many of one as of the other, or a single value of either")  # fmt: skip
+    width = max(len(ns), len(ts))
+    pairs = list(zip(ns * width if len(ns) == 1 else ns, ts * width if len(ts) == 1 else ts, strict=True))
+    for n, _ in pairs:
+        if n < 1:
+            raise ConfigError(f"-n {n}: at least one sample per task")
+    if len(set(pairs)) < len(pairs):
+        raise ConfigError(f"-n {' '.join(map(str, ns))} --temperature {' '.join(map(str, ts))}: "
+                        "a sampling given twice")  # fmt: skip
+    return pairs
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,37 +73,52 @@ def run(args: argparse.Namespace) -> int:
     from jobs.cli_run import run_dir
     from jobs.output import emit_json
     from rl.engine.config import HFEngineConfig, VLLMEngineConfig
-    from rl.errors import SarlError
+    from rl.errors import ConfigError, SarlError
     from rl.eval.run import Plan, evaluate, with_changes
     from rl.run.role import context_of
     from rl.tasks.format import read_tasks
 
     rd = run_dir(args.run_dir)
     cfg = rd.config()
-    if args.n < 1:
-        raise SarlError(f"-n {args.n}: at least one sample per task")
-    ks = args.k if args.k else sorted({1, args.n})
-    bad = [k for k in ks if not 1 <= k <= args.n]
+    pairs = samplings(args.n, args.temperature)
+    top = max(n for n, _ in pairs)
+    bad = [k for k in args.k or [] if not 1 <= k <= top]
     if bad:
-        raise SarlError(f"-k {bad[0]}: pass@k needs 1 <= k <= n = {args.n}")
-    tasks = list(read_tasks(args.tasks))
-    if not tasks:
-        raise SarlError(f"{args.tasks}: no task")
-    changes = {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": args.temperature}
+        raise ConfigError(f"-k {bad[0]}: pass@k needs 1 <= k <= n = {top}")
+    files = [f.resolve() for f in args.tasks]
+    twice = sorted({str(a) for a in args.tasks if files.count(a.resolve()) > 1})
+    if twice:
+        raise ConfigError(f"--tasks {twice[0]}: given twice")
     agent = cfg.eval.agent if cfg.eval is not None and cfg.eval.agent is not None else cfg.agent()
-    agent = with_changes(agent, {k: v for k, v in changes.items() if v is not None})
+    plans = []
+    for path in args.tasks:  # every file read and every sampling checked before an engine starts
+        tasks = list(read_tasks(path))
+        if not tasks:
+            raise SarlError(f"{path}: no task")
+        for n, t in pairs:
+            changes = {"max_tokens": args.max_tokens, "max_turns": args.max_turns, "temperature": t}
+            played = with_changes(agent, {k: v for k, v in changes.items() if v is not None})
+            ks = sorted({k for k in args.k if k <= n}) if args.k else sorted({1, n})
+            plans.append(Plan(tasks, str(path), played, n, ks or [1], args.concurrency))
     own = {"hf": HFEngineConfig(), "vllm": VLLMEngineConfig()}.get(args.backend) or cfg.engine()
     live_max_len = cfg.generator.engine.max_model_len if cfg.generator is not None else None
-    plan = Plan(tasks, str(args.tasks), agent, args.n, ks, args.concurrency)
-    bar = tqdm(total=len(tasks) * args.n, desc="eval", unit="episode", file=sys.stderr)
-    summary = evaluate(context_of(cfg, rd.path), plan, args.version, args.engine, own, live_max_len, bar.update)
+    bar = tqdm(total=sum(len(p.tasks) * p.n for p in plans), desc="eval", unit="episode", file=sys.stderr)
+    summaries = evaluate(context_of(cfg, rd.path), plans, args.version, args.engine, own, live_max_len, bar.update)
     bar.close()
-    if args.json:
-        emit_json(summary)
+    if args.json:  # one document: a play's summary, or the list of them in order
+        emit_json(summaries[0] if len(summaries) == 1 else summaries)
         return 0
+    for plan, summary in zip(plans, summaries, strict=True):
+        _print_summary(summary, plan)
+    return 0
+
+
+def _print_summary(summary: dict[str, Any], plan: Any) -> None:
     how = f"{summary['engine']} engine, {summary['minutes']} min"
-    print(f"version {summary['version']} on {summary['tasks']} tasks of {args.tasks}, {args.n} sample(s) each ({how})")
-    for k in ks:
+    at = "greedy" if summary["temperature"] == 0 and plan.n == 1 else f"T = {summary['temperature']:g}"
+    print(f"version {summary['version']} on {summary['tasks']} tasks of {plan.tasks_name}, "
+          f"{plan.n} sample(s) each, {at} ({how})")  # fmt: skip
+    for k in plan.ks:
         print(f"  pass@{k} = {summary[f'pass@{k}']:.3f} +- {summary[f'se@{k}']:.3f} (standard error)")
     if "tool_valid_share" in summary:
         print(
@@ -83,4 +129,3 @@ def run(args: argparse.Namespace) -> int:
     if summary["failures"]:
         print("  failures: " + ", ".join(f"{why} {n}" for why, n in summary["failures"].items()))
     print(f"  results: {summary['folder']}")
-    return 0

@@ -70,21 +70,24 @@ def test_bench_learn_quick_runs_the_quickstart_chain_and_reports_before_and_afte
         frozen = (run / "run.toml").read_text()
         assert str(sft / "model") in frozen and 'mode = "sync"' in frozen  # RL started from the export
         assert "max_turns = 2" in frozen
-    # every stage was evaluated as the RL run plays, up to 2 turns: B' greedy and sampled x 4 stages
+    # every stage was evaluated as the RL run plays, up to 2 turns: B' greedy and sampled, on one engine
+    # start a stage (4 `sarl eval`, not 8)
     evals = [
         p.read_text().splitlines()[0]
         for p in (w / "logs").iterdir()
         if "-eval-" in p.name and "candidates" not in p.name
     ]
-    assert len(evals) == 8 and all("--max-turns 2" in e for e in evals), evals
+    assert len(evals) == 4 and all("--max-turns 2" in e for e in evals), evals
+    assert all(" -n 1 2 --temperature 0 1 " in e for e in evals), evals
     # B came from the warm start's measured rate on the candidates, B' is of B's templates
     band = next(p for p in (w / "logs").iterdir() if p.name.endswith("-band.txt")).read_text()
     assert "--results" in band and f"{sft}/eval" in band
     # the band's rate is that of the agent RL trains: its 2 turns (the SFT run's own agent aside),
-    # measured at each temperature; RL samples at the one where the most candidates had signal
-    measured = sorted(p for p in (w / "logs").iterdir() if "-eval-" in p.name and "candidates" in p.name)
-    assert len(measured) == 2 and all("--max-turns 2" in p.read_text().splitlines()[0] for p in measured)
-    assert [p.read_text().splitlines()[0].split("--temperature ")[1].split()[0] for p in measured] == ["0.7", "1.0"]
+    # measured at each temperature (one engine start); RL samples at the one where the most candidates had signal
+    [measured] = [
+        p.read_text().splitlines()[0] for p in (w / "logs").iterdir() if "-eval-" in p.name and "candidates" in p.name
+    ]
+    assert "--max-turns 2" in measured and " -n 2 2 --temperature 0.7 1.0 " in measured, measured
     temps = r["temperature"]["measured"]
     assert sorted(temps) == ["0.7", "1.0"]
     for x in temps.values():
@@ -223,6 +226,10 @@ def test_bench_learn_refuses_a_temperature_it_cannot_measure_and_leaves_nothing(
         (["--env", "sql", "--temperatures", "0"], "--temperatures 0: greedy samples"),
         (["--env", "sql", "--rl-set", "rollout.agent.temperature=0.5"], "give RL's temperature by --temperatures"),
         (["--env", "sql,bash"], "--env 'sql,bash': tool kinds"),
+        # the sampled evaluation beside the greedy one: n = 1 at T = 1 is one draw, not a rate
+        (["--samples", "1"], "--samples 1: at least 2"),
+        (["--env", "sql", "--samples", "1"], "--samples 1: at least 2"),
+        (["--band-samples", "0"], "--band-samples 0: at least 1"),
     ],
 )
 def test_bench_learn_refuses_an_option_of_the_other_chain_and_leaves_nothing(
@@ -260,6 +267,9 @@ def test_bench_learn_quick_on_tool_kinds_runs_the_tool_chain_and_reports_each_ki
     assert sorted(r["temperature"]["measured"]) == ["0.7", "1.0"] and r["temperature"]["chosen"] in (0.7, 1.0)
     for t, m in r["temperature"]["measured"].items():
         assert 0 <= m["with_signal"] <= 4 and list(m["kinds"]) == ["sql"], (t, m)
+    # both temperatures on one engine start, and each stage once
+    evals = [p.read_text().splitlines()[0] for p in (workdir / "t" / "logs").iterdir() if "-eval-" in p.name]
+    assert len(evals) == 5 and sum(" -n 2 2 --temperature 0.7 1.0 " in e for e in evals) == 1, evals
     for kind in ("sql",):
         assert r["leaks"][kind]["leaking_held_tasks"] == 0 and r["sets"][kind] == {"train": 4, "heldout": 4}
         assert r["traces"][kind] >= 4  # every training task, some with a repair

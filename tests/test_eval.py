@@ -100,6 +100,33 @@ def test_two_task_files_of_one_name_and_two_ways_of_playing_keep_their_results_a
     assert others == {"held.t1-n8.1turn", "held.greedy.3turns", "held.t0.7-n1.2turns"}
 
 
+def test_sarl_eval_refuses_plays_it_cannot_pair_before_it_starts_an_engine(workdir: Path) -> None:
+    """Each error names the flag, exits 2 and leaves nothing in the run: no
+    eval folder, no engine folder (nothing was started)."""
+    from rl.tasks.format import write_tasks
+    from rl.tasks.synthesis import synthesize
+
+    run = workdir / "runs" / "e"
+    run.mkdir(parents=True)
+    (run / "run.toml").write_text(run_config("e", run={"root": ".."}, executor={"type": "local"}))
+    write_tasks(workdir / "held.jsonl", synthesize("filtering", 2, seed=2, difficulty=1))
+    (workdir / "empty.jsonl").write_text("")
+    cases = [
+        (["-n", "1", "8", "--temperature", "0", "1", "0.5"], "-n 1 8 and --temperature 0.0 1.0 0.5: give as many"),
+        (["-n", "2", "2", "--temperature", "1"], "a sampling given twice"),
+        (["-n", "1", "0"], "-n 0: at least one sample per task"),
+        (["-n", "1", "4", "-k", "8"], "-k 8: pass@k needs 1 <= k <= n = 4"),
+        (["--tasks", "held.jsonl", "./held.jsonl"], "--tasks held.jsonl: given twice"),
+    ]
+    for flags, words in cases:
+        argv = ["eval", str(run), *(["--tasks", "held.jsonl"] if "--tasks" not in flags else []), *flags]
+        out = sarl(*argv, cwd=workdir, check=False)
+        assert out.returncode == 2 and words in out.stderr and "Traceback" not in out.stderr, (flags, out.stderr)
+    empty = sarl("eval", str(run), "--tasks", "held.jsonl", "empty.jsonl", cwd=workdir, check=False)
+    assert empty.returncode == 1 and "empty.jsonl: no task" in empty.stderr  # the second file read before a start
+    assert sorted(p.name for p in run.iterdir()) == ["run.toml"]
+
+
 @pytest.mark.slow  # 50 s alone: out of the fast tier
 def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(workdir: Path, tiny_model: Path) -> None:
     """The tiny Llama (HF engine) on generated tasks: results per task and a
@@ -152,6 +179,19 @@ def test_sarl_eval_plays_the_agent_on_its_own_engine_and_on_a_live_generator(wor
             assert sum(e["turns"] for e in mine) / 2 == r["turns_mean"]
         prompts = {t.task_id: t.prompt for t in read_tasks(workdir / "held.jsonl")}
         assert all(e["transcript"] and prompts[e["task_id"]][:60] not in e["transcript"] for e in episodes)
+        # two files, each greedy and sampled: four plays on one engine, loaded once, a summary each in order
+        write_tasks(workdir / "other.jsonl", synthesize("filtering", 2, seed=5, difficulty=1))
+        out = sarl("eval", str(run), "--tasks", "held.jsonl", "other.jsonl", "-n", "1", "2", "--temperature", "0",
+                   "0.8", "--engine", "own", *small, "--json", cwd=workdir, timeout=900)  # fmt: skip
+        plays = json.loads(out.stdout)
+        assert [(Path(p["tasks_file"]).name, p["n"], p["temperature"], p["tasks"]) for p in plays] == [
+            ("held.jsonl", 1, 0.0, 3), ("held.jsonl", 2, 0.8, 3), ("other.jsonl", 1, 0.0, 2), ("other.jsonl", 2, 0.8, 2)
+        ]  # fmt: skip
+        assert out.stderr.count("Loading weights: 100%") == 1, out.stderr[-3000:]  # one engine start
+        again = plays[1]  # the play of the single evaluation above: the same seeds, the same results
+        assert again["folder"] == str(folder) and again["pass@1"] == own["pass@1"]
+        assert [json.loads(x) for x in (folder / "results.jsonl").read_text().splitlines()] == rows
+        assert len({p["folder"] for p in plays}) == 4 and "pass@2" not in plays[0] and "pass@2" in plays[3]
         # now through the run's generator, live again
         sarl("resume", str(run), cwd=workdir)
         wait_for(lambda: list((run / "endpoints").glob("generator-*.json")), 300, "the live generator")

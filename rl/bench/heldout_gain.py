@@ -209,8 +209,9 @@ def _choose_temperature(c: _Chain) -> dict[str, Any]:
     # the rate of the agent RL will train: its turns, not the SFT run's default
     extra = [*c.evals_extra, "--max-turns", str(_planned_turns(c))]
     measured: dict[str, dict[str, Any]] = {}
-    for t in c.args.temperatures:
-        got = c.sh.eval(str(c.runs["sft"]), "gen.candidates.jsonl", None, c.band_samples, extra, temperature=t)
+    samplings: list[tuple[int, float | None]] = [(c.band_samples, t) for t in c.args.temperatures]
+    summaries = c.sh.evals(str(c.runs["sft"]), ["gen.candidates.jsonl"], None, samplings, extra)
+    for t, got in zip(c.args.temperatures, summaries, strict=True):
         results = [json.loads(line) for line in (Path(got["folder"]) / "results.jsonl").read_text().splitlines()]
         measured[str(t)] = {"pass@1": got["pass@1"], "crash_share": got["crash_share"], "tasks": got["tasks"],
                             "with_signal": with_signal(results, c.args.band_by), "folder": got["folder"]}  # fmt: skip
@@ -268,18 +269,26 @@ def _evaluate(c: _Chain, turns: int) -> tuple[dict[str, Any], dict[str, Any]]:
     extra = [*c.evals_extra, "--max-turns", str(turns)]
     evals: dict[str, Any] = {}
     gains: dict[str, Any] = {}
-    for where, tasks in SETS.items():
-        if where not in c.args.evaluate_on or (c.quick and where == "humaneval"):
-            continue  # --quick runs the chain; HumanEval is one more set of the same evaluations
-        modes = {"greedy": 1, **({"sampled": c.samples} if where in c.args.sampled_on else {})}
-        templates = {t.task_id: template(t) for t in read_tasks(c.work / tasks)}
-        for mode, n in modes.items():
-            folders, cells = {}, {}
-            for stage in STAGES:
-                run, version = EVALUATED[stage]
-                e = c.sh.eval(str(c.runs[run]), tasks, version, n, extra)
-                folders[stage] = Path(e["folder"])
-                cells[stage] = {k: e.get(k) for k in (*EVAL_KEYS, f"pass@{n}", f"se@{n}")}
+    wheres = [w for w in SETS if w in c.args.evaluate_on and not (c.quick and w == "humaneval")]
+    # --quick runs the chain; HumanEval is one more set of the same evaluations
+    sampled = [w for w in wheres if w in c.args.sampled_on]
+    # a stage's engine starts once for the sets played greedy and sampled, once for those played greedy alone
+    calls = [(ws, modes) for ws, modes in ((sampled, {"greedy": 1, "sampled": c.samples}),
+             ([w for w in wheres if w not in sampled], {"greedy": 1})) if ws]  # fmt: skip
+    got: dict[tuple[str, str, str], dict[str, Any]] = {}  # (set, mode, stage) -> summary
+    for stage in STAGES:
+        run, version = EVALUATED[stage]
+        for ws, modes in calls:
+            samplings: list[tuple[int, float | None]] = [(n, None) for n in modes.values()]
+            summaries = iter(c.sh.evals(str(c.runs[run]), [SETS[w] for w in ws], version, samplings, extra))
+            for w in ws:
+                for mode in modes:
+                    got[(w, mode, stage)] = next(summaries)
+    for where in wheres:
+        templates = {t.task_id: template(t) for t in read_tasks(c.work / SETS[where])}
+        for mode, n in {"greedy": 1, **({"sampled": c.samples} if where in sampled else {})}.items():
+            cells = {s: {k: got[(where, mode, s)].get(k) for k in (*EVAL_KEYS, f"pass@{n}", f"se@{n}")} for s in STAGES}
+            folders = {s: Path(got[(where, mode, s)]["folder"]) for s in STAGES}
             evals.setdefault(where, {})[mode] = cells
             gains.setdefault(where, {})[mode] = {
                 f"{a}_minus_{b}": paired_gain(folders[b], folders[a], templates) for a, b in GAINS

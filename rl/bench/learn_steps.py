@@ -54,17 +54,29 @@ class Steps:
             subprocess.run([self.sarl, "cancel", str(run)], cwd=self.work, capture_output=True, timeout=120)
             raise
 
-    def eval(
-        self, run: str, tasks: str, version: int | None, n: int, extra: list[str], temperature: float | None = None
-    ) -> dict[str, Any]:
-        """`sarl eval`: greedy when n = 1, else n samples a task at
-        `temperature` (default: T = 1, where sampled pass@1 is defined)."""
-        at = "0" if n == 1 else str(temperature or 1)
-        args = ["eval", run, "--tasks", tasks, "--temperature", at, "-n", str(n), "--json", *extra]
+    def evals(
+        self,
+        run: str,
+        tasks: list[str],
+        version: int | None,
+        samplings: list[tuple[int, float | None]],
+        extra: list[str],
+    ) -> list[dict[str, Any]]:
+        """One `sarl eval` (one engine start) of every file with every sampling
+        (n, temperature): n samples a task at the temperature; None: greedy
+        when n = 1, else T = 1, where sampled pass@1 is defined. The
+        summaries, files outer, samplings inner."""
+        ns = [str(n) for n, _ in samplings]
+        ats = [str(t) if t is not None else "0" if n == 1 else "1" for n, t in samplings]
+        args = ["eval", run, "--tasks", *tasks, "-n", *ns, "--temperature", *ats, "--json", *extra]
         if version is not None:
             args += ["--version", str(version)]
-        mode = "greedy" if n == 1 else f"n{n}" + (f"-t{temperature}" if temperature is not None else "")
-        return json.loads(self(f"eval-{Path(run).name}-{Path(tasks).stem}-{mode}", *args))
+        modes = "+".join(
+            "greedy" if n == 1 and t is None else f"n{n}" + (f"-t{t}" if t is not None else "") for n, t in samplings
+        )
+        name = f"eval-{Path(run).name}-{'+'.join(Path(t).stem for t in tasks)}-{modes}"
+        got = json.loads(self(name, *args))
+        return got if isinstance(got, list) else [got]
 
 
 def _start(argv: list[str], cwd: Path) -> subprocess.Popen[str]:

@@ -97,6 +97,10 @@ def check_options(args: Any, defaults: dict[str, Any]) -> None:
                             "held-out tasks (see --tool-candidates, --band, --samples)")  # fmt: skip
     elif args.tool_candidates != defaults["tool_candidates"]:
         raise SarlError("bench learn: --tool-candidates is an option of --env (tool kinds)")
+    if args.samples < 2:  # n = 1 at T = 1 would be one draw, read as if it were a rate
+        raise SarlError(f"bench learn: --samples {args.samples}: at least 2 (every set is evaluated greedy too)")
+    if args.band_samples < 1:
+        raise SarlError(f"bench learn: --band-samples {args.band_samples}: at least 1")
 
 
 def bench_tools(args: Any) -> tuple[dict[str, Any], list[str]]:
@@ -200,12 +204,17 @@ def _choose_b(
         write_tasks(sh.work / f"{kind}.candidates.jsonl", tasks[: QUICK_KEEP if quick else args.tool_candidates])
     rates: dict[float, dict[str, dict[str, float]]] = {}
     measured: dict[str, dict[str, Any]] = {}
+    n = 2 if quick else args.band_samples
+    got_at: dict[tuple[float, str], dict[str, Any]] = {}  # (temperature, kind) -> summary
+    for kind in kinds:  # a kind's turns and tokens are its own: an engine start a kind, for every temperature
+        extra = QUICK_EVAL if quick else _full_eval(kind)
+        samplings: list[tuple[int, float | None]] = [(n, t) for t in args.temperatures]
+        summaries = sh.evals(str(runs["sft"]), [f"{kind}.candidates.jsonl"], None, samplings, extra)
+        got_at.update({(t, kind): s for t, s in zip(args.temperatures, summaries, strict=True)})
     for t in args.temperatures:
         rates[t], cells = {}, {}
         for kind in kinds:
-            extra = QUICK_EVAL if quick else _full_eval(kind)
-            got = sh.eval(str(runs["sft"]), f"{kind}.candidates.jsonl", None, 2 if quick else args.band_samples,
-                          extra, temperature=t)  # fmt: skip
+            got = got_at[(t, kind)]
             rows = [json.loads(x) for x in (Path(got["folder"]) / "results.jsonl").read_text().splitlines() if x]
             rates[t][kind] = {row["task_id"]: row["passed"] / row["n"] for row in rows}
             cells[kind] = {"pass@1": got["pass@1"], "crash_share": got["crash_share"] or 0.0,
@@ -268,11 +277,16 @@ def _evaluate(
         templates = {t.task_id: template(t) for t in read_tasks(sh.work / tasks)}
         extra = QUICK_EVAL if quick else _full_eval(kind)
         # --quick: greedy alone (the sampled evaluations are the same loop, at n samples a task)
-        for mode, n in (("greedy", 1),) + ((("sampled", samples),) if not quick else ()):
+        modes = {"greedy": 1, **({"sampled": samples} if not quick else {})}
+        got = {}  # a stage's engine starts once for both modes
+        for stage in STAGES:
+            run, version = EVALUATED[stage]
+            samplings: list[tuple[int, float | None]] = [(n, None) for n in modes.values()]
+            got[stage] = dict(zip(modes, sh.evals(str(runs[run]), [tasks], version, samplings, extra), strict=True))
+        for mode in modes:
             folders, cells = {}, {}
             for stage in STAGES:
-                run, version = EVALUATED[stage]
-                e = sh.eval(str(runs[run]), tasks, version, n, extra)
+                e = got[stage][mode]
                 folders[stage] = Path(e["folder"])
                 cells[stage] = {k: e.get(k) for k in (*EVAL_KEYS, *TOOL_KEYS)}
                 rows = [json.loads(x) for x in (folders[stage] / "results.jsonl").read_text().splitlines() if x]

@@ -1,16 +1,18 @@
-"""Evaluate one weight version of a run on a task file: `sarl eval`.
+"""Evaluate one weight version of a run on task files: `sarl eval`.
 
     the policy = live generators serving the version, or an engine started
                  here with the version loaded (version 0: the base model)
-    for each task, n episodes with the rollouts' agent (rl.episodes.episode:
+    for each plan (a task file and a sampling: greedy, or n at T), in turn,
+    on that one policy:
+      for each task, n episodes with the rollouts' agent (rl.episodes.episode:
         the same prompts, turns, sandboxes and verifier), seeds fixed by
         (task, sample)
-    pass@k per task (rl.eval.passk), their means with standard errors
-    -> RUN_DIR/eval/v<version>/<tasks>.<mode>/results.jsonl (one line per
-       task), episodes.jsonl (one per episode, with its transcript) and
-       summary.json, each written whole (<tasks>: the task file's
-       name, another file of the same name gets a digest of its path;
-       <mode>: `greedy` or `t1-n8`, then the turns: `gen.U.greedy.1turn`)
+      pass@k per task (rl.eval.passk), their means with standard errors
+      -> RUN_DIR/eval/v<version>/<tasks>.<mode>/results.jsonl (one line per
+         task), episodes.jsonl (one per episode, with its transcript) and
+         summary.json, each written whole (<tasks>: the task file's
+         name, another file of the same name gets a digest of its path;
+         <mode>: `greedy` or `t1-n8`, then the turns: `gen.U.greedy.1turn`)
 
 An engine started here serves through the product's own generator service
 and client, announced in a folder of its own (never the run's endpoints,
@@ -274,15 +276,17 @@ def policy(ctx: RunContext, version: int, choice: str, own_engine: Any, live_max
 
 def evaluate(
     ctx: RunContext,
-    plan: Plan,
+    plans: list[Plan],
     version: int | None,
     choice: str,
     own_engine: Any,
     live_max_len: int | None,
     progress: Callable[[], None] | None = None,
-) -> dict[str, Any]:
+) -> list[dict[str, Any]]:
     """`sarl eval`: one version (None: the newest) on live generators or an
-    engine of its own (see `policy`)."""
+    engine of its own (see `policy`), each plan in turn on the same engine:
+    greedy and sampled, or several task files, cost one engine start (about
+    40 s for vLLM on 2 cores). A summary a plan, in order."""
     from rl.store import Store
 
     weights = Store.of_run(ctx.run_dir).weights
@@ -291,7 +295,7 @@ def evaluate(
     if version > 0 and version not in weights.versions():
         raise EvalError(f"--version {version}: not in the store (it has {weights.versions() or 'none'})")
     with policy(ctx, version, choice, own_engine, live_max_len) as p:
-        return play(ctx, plan, p, progress)
+        return [play(ctx, plan, p, progress) for plan in plans]
 
 
 def one_episode(ctx: RunContext, agent: AgentConfig, task: Task, client: Any, max_len: int) -> tuple[Any, int]:
