@@ -75,8 +75,13 @@ class Steps:
             "greedy" if n == 1 and t is None else f"n{n}" + (f"-t{t}" if t is not None else "") for n, t in samplings
         )
         name = f"eval-{Path(run).name}-{'+'.join(Path(t).stem for t in tasks)}-{modes}"
-        got = json.loads(self(name, *args))
-        return got if isinstance(got, list) else [got]
+        out = json.loads(self(name, *args))
+        got = out if isinstance(out, list) else [out]
+        expected = [(Path(t).name, n) for t in tasks for n, _ in samplings]
+        if [(Path(g["tasks_file"]).name, g["n"]) for g in got] != expected:  # each figure read as the play it is
+            raise SarlError(f"bench learn: `sarl eval` gave plays {[(g['tasks_file'], g['n']) for g in got]}, "
+                            f"not {expected}")  # fmt: skip
+        return got
 
 
 def _start(argv: list[str], cwd: Path) -> subprocess.Popen[str]:
