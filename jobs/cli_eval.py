@@ -86,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
     if bad:
         raise ConfigError(f"-k {bad[0]}: pass@k needs 1 <= k <= n = {top}")
     files = [f.resolve() for f in args.tasks]
-    twice = sorted({str(a) for a in args.tasks if files.count(a.resolve()) > 1})
+    twice = sorted({str(a) for a, f in zip(args.tasks, files, strict=True) if files.count(f) > 1})
     if twice:
         raise ConfigError(f"--tasks {twice[0]}: given twice")
     agent = cfg.eval.agent if cfg.eval is not None and cfg.eval.agent is not None else cfg.agent()

@@ -269,24 +269,25 @@ def _evaluate(c: _Chain, turns: int) -> tuple[dict[str, Any], dict[str, Any]]:
     extra = [*c.evals_extra, "--max-turns", str(turns)]
     evals: dict[str, Any] = {}
     gains: dict[str, Any] = {}
-    wheres = [w for w in SETS if w in c.args.evaluate_on and not (c.quick and w == "humaneval")]
     # --quick runs the chain; HumanEval is one more set of the same evaluations
-    sampled = [w for w in wheres if w in c.args.sampled_on]
-    # a stage's engine starts once for the sets played greedy and sampled, once for those played greedy alone
-    calls = [(ws, modes) for ws, modes in ((sampled, {"greedy": 1, "sampled": c.samples}),
-             ([w for w in wheres if w not in sampled], {"greedy": 1})) if ws]  # fmt: skip
+    wheres = [w for w in SETS if w in c.args.evaluate_on and not (c.quick and w == "humaneval")]
+    modes_of = {w: {"greedy": 1, **({"sampled": c.samples} if w in c.args.sampled_on else {})} for w in wheres}
+    # a stage's engine starts once for each way of playing: the sets played greedy and sampled, those greedy alone
+    calls: dict[tuple[tuple[str, int], ...], list[str]] = {}
+    for w in wheres:
+        calls.setdefault(tuple(modes_of[w].items()), []).append(w)
     got: dict[tuple[str, str, str], dict[str, Any]] = {}  # (set, mode, stage) -> summary
     for stage in STAGES:
         run, version = EVALUATED[stage]
-        for ws, modes in calls:
-            samplings: list[tuple[int, float | None]] = [(n, None) for n in modes.values()]
+        for modes, ws in calls.items():
+            samplings: list[tuple[int, float | None]] = [(n, None) for _, n in modes]
             summaries = iter(c.sh.evals(str(c.runs[run]), [SETS[w] for w in ws], version, samplings, extra))
             for w in ws:
-                for mode in modes:
+                for mode, _ in modes:
                     got[(w, mode, stage)] = next(summaries)
     for where in wheres:
         templates = {t.task_id: template(t) for t in read_tasks(c.work / SETS[where])}
-        for mode, n in {"greedy": 1, **({"sampled": c.samples} if where in sampled else {})}.items():
+        for mode, n in modes_of[where].items():
             cells = {s: {k: got[(where, mode, s)].get(k) for k in (*EVAL_KEYS, f"pass@{n}", f"se@{n}")} for s in STAGES}
             folders = {s: Path(got[(where, mode, s)]["folder"]) for s in STAGES}
             evals.setdefault(where, {})[mode] = cells

@@ -278,10 +278,10 @@ def _evaluate(
         extra = QUICK_EVAL if quick else _full_eval(kind)
         # --quick: greedy alone (the sampled evaluations are the same loop, at n samples a task)
         modes = {"greedy": 1, **({"sampled": samples} if not quick else {})}
+        samplings: list[tuple[int, float | None]] = [(n, None) for n in modes.values()]
         got = {}  # a stage's engine starts once for both modes
         for stage in STAGES:
             run, version = EVALUATED[stage]
-            samplings: list[tuple[int, float | None]] = [(n, None) for n in modes.values()]
             got[stage] = dict(zip(modes, sh.evals(str(runs[run]), [tasks], version, samplings, extra), strict=True))
         for mode in modes:
             folders, cells = {}, {}

@@ -285,8 +285,8 @@ def evaluate(
 ) -> list[dict[str, Any]]:
     """`sarl eval`: one version (None: the newest) on live generators or an
     engine of its own (see `policy`), each plan in turn on the same engine:
-    greedy and sampled, or several task files, cost one engine start (about
-    40 s for vLLM on 2 cores). A summary a plan, in order."""
+    greedy and sampled, or several task files, cost one engine start (40-75
+    s for vLLM on 2 cores, docs/benchmarks.md). A summary a plan, in order."""
     from rl.store import Store
 
     weights = Store.of_run(ctx.run_dir).weights
