@@ -34,7 +34,8 @@ def add_commands(sub: Any) -> None:
     q.add_argument(
         "--backend",
         choices=("vllm", "hf"),
-        help="the engine of its own (default: the run's generator engine, else vllm); hf starts in seconds",
+        help="the engine of its own: the run's generator engine, with its settings, when it is of this "
+        "backend, else this backend's defaults (default: the run's engine, else vllm); hf starts in seconds",
     )
     q.add_argument("--max-tokens", type=int, help="tokens per reply (default: the run's agent)")
     q.add_argument("--max-turns", type=int, help="replies per episode (default: the run's agent)")
@@ -100,7 +101,9 @@ def run(args: argparse.Namespace) -> int:
             played = with_changes(agent, {k: v for k, v in changes.items() if v is not None})
             ks = sorted({k for k in args.k if k <= n}) if args.k else sorted({1, n})
             plans.append(Plan(tasks, str(path), played, n, ks or [1], args.concurrency))
-    own = {"hf": HFEngineConfig(), "vllm": VLLMEngineConfig()}.get(args.backend) or cfg.engine()
+    own = cfg.engine()  # the run's engine, with its settings; another backend at its defaults
+    if args.backend not in (None, own.type):
+        own = {"hf": HFEngineConfig(), "vllm": VLLMEngineConfig()}[args.backend]
     live_max_len = cfg.generator.engine.max_model_len if cfg.generator is not None else None
     bar = tqdm(total=sum(len(p.tasks) * p.n for p in plans), desc="eval", unit="episode", file=sys.stderr)
     summaries = evaluate(context_of(cfg, rd.path), plans, args.version, args.engine, own, live_max_len, bar.update)

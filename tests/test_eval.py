@@ -297,8 +297,9 @@ def test_the_eval_role_evaluates_version_0_and_every_nth_version_once_with_curve
 
 @pytest.mark.slow
 def test_a_terminated_sarl_eval_leaves_no_engine_process_behind(workdir: Path, tiny_model: Path) -> None:
-    """`kill` (SIGTERM) of a `sarl eval` that started its own vLLM engine: the
-    engine runs in processes of its own (EngineCore and its worker), which a
+    """`kill` (SIGTERM) of a `sarl eval` that started its own vLLM engine, its
+    core in processes of its own (EngineCore and its worker, `engine_core =
+    "own-process"`, the default on GPUs), which a
     plain SIGTERM of Python left running, holding their memory. The command
     now exits as on an error, closing what it started: every process under it
     is gone, and it exits with 128 + SIGTERM."""
@@ -314,7 +315,7 @@ def test_a_terminated_sarl_eval_leaves_no_engine_process_behind(workdir: Path, t
         "k",
         executor={"type": "local"},
         model={"path": tiny_model, "dtype": "float32"},
-        generator={"engine": {"type": "vllm", "max_model_len": 1024}},
+        generator={"engine": {"type": "vllm", "max_model_len": 1024, "engine_core": "own-process"}},
     )
     cfg = write_config(workdir, body)
     sarl("submit", str(cfg), cwd=workdir)

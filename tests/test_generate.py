@@ -415,10 +415,27 @@ def test_bench_generate_reports_each_figure_beside_its_baseline_and_the_backends
     assert r["speedup_b8"] == pytest.approx(r["vllm_tok_s_b8"] / r["hf_tok_s_b8"], rel=0.01)
     assert r["reload_ratio"] == pytest.approx(r["reload_s"] / r["safetensors_load_s"], rel=0.01)
     assert r["weights_mb"] > 500  # SmolLM2-135M in float32: the real model's weights were reloaded
+    assert r["vllm_core"] == "in-process"  # on CPU, by default
     # Same fp32 weights and prompts, greedy: the two backends sample the same tokens, and their
     # log-probs differ by at most 1e-3 (kernels differ; 2e-5 was measured)
     assert r["greedy_same_rows"] == r["greedy_rows"] == 8
     assert 0 <= r["greedy_max_logprob_diff"] <= 1e-3
+
+
+def _host_state() -> tuple[object, ...]:
+    """What an engine built in this process must leave as it was: the
+    processes under it, torch's thread setter, the RNGs, the garbage
+    collector's frozen heap, vLLM's reading of the environment."""
+    import gc
+    import random
+
+    import psutil
+    import torch
+    import vllm.envs
+
+    rngs = (random.getstate(), torch.get_rng_state().tolist())
+    kids = sorted(c.pid for c in psutil.Process().children(recursive=True))
+    return kids, torch.set_num_threads, rngs, gc.get_freeze_count(), vllm.envs._is_envs_cache_enabled()
 
 
 def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are_of_the_tempered_policy(
@@ -444,7 +461,10 @@ def test_vllm_serves_64_concurrent_seeded_sampled_requests_and_its_log_probs_are
     # a small step makes a burst of short prompts overflow it: the same path as 8,192 tokens
     # of long prompts, for a third of the compute
     cfg = VLLMEngineConfig(max_model_len=512, step_tokens=1024, kv_cache_gb=1.0, max_num_seqs=64)
+    host = _host_state()
     engine = make_engine(cfg, model)
+    # on CPU the engine core runs in this process: nothing spawned, and this process's state as it was
+    assert engine.in_process and _host_state() == host, (host, _host_state())
     assert engine.step_tokens == 1024
     text = " ".join(f"item{i}" for i in range(50))
     prompts = [prompt(tok, f"Sort these, case {k}: {text}") for k in range(64)]
@@ -505,7 +525,7 @@ from pathlib import Path
 from rl.engine import make_engine
 from rl.engine.config import VLLMEngineConfig
 from rl.model import ModelConfig
-engine = make_engine(VLLMEngineConfig(max_model_len=256, kv_cache_gb=0.25, max_num_seqs=4),
+engine = make_engine(VLLMEngineConfig(max_model_len=256, kv_cache_gb=0.25, max_num_seqs=4, engine_core="own-process"),
                      ModelConfig(dtype="float32", cache_dir=Path(sys.argv[1])))
 print("ready", flush=True)
 time.sleep(3600)
@@ -513,7 +533,8 @@ time.sleep(3600)
 
 
 def test_the_vllm_engine_core_ends_when_the_process_that_built_it_is_killed(model: ModelConfig) -> None:
-    """vLLM runs its engine core in a child process. Killed with SIGKILL
+    """With `engine_core = "own-process"` (the default on GPUs), vLLM runs
+    its engine core in a child process. Killed with SIGKILL
     (by hand, or by the OOM killer), the process that built the LLM used to
     leave that child running, holding its memory and cores, on a local run
     with nothing to reap it. The engine core now watches its parent and

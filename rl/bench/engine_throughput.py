@@ -14,7 +14,10 @@ weights, dtype, prompts and sampling, in one process and one run.
   40 tokens, 24 with `--quick`, stopping at EOS): how many rows have the same tokens and finish
   reason, and the largest log-prob difference on those rows. A speed ratio
   means something only if the two compute the same thing; in float32 they
-  must agree on every row, in bf16 kernels' rounding may part them.
+  must agree on every row, in bf16 kernels' rounding may part them;
+* engine start: each backend's, and (not with `--quick`) vLLM's with its
+  engine core the other way (`engine_core`: in this process, or in a process
+  of its own), its start and batch-8 speed beside the default's.
 """
 
 from __future__ import annotations
@@ -116,7 +119,11 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
 
     with tempfile.TemporaryDirectory(prefix="sarl-bench-generate-", dir=args.dir) as tmp:
         r.update(_reload_times(vllm, ckpt, args.dtype, reps, Path(tmp)))
+    r["vllm_core"] = "in-process" if vllm.in_process else "own-process"
     vllm.close()
+    del vllm
+    if not args.quick:
+        r.update(_other_core(r["vllm_core"], model, prompts, params, reps))
     bar.update()
     bar.close()
     r["speedup_b1"] = r["vllm_tok_s_b1"] / r["hf_tok_s_b1"]
@@ -124,6 +131,21 @@ def bench_generate(args: argparse.Namespace) -> tuple[dict[str, Any], list[str]]
     r["reload_ratio"] = r["reload_s"] / r["safetensors_load_s"]
     r = {k: round(v, 3) if isinstance(v, float) and "logprob" not in k else v for k, v in r.items()}
     return r, _generate_lines(r, args.quick)
+
+
+def _other_core(core: str, model: Any, prompts: list[list[int]], params: Any, reps: int) -> dict[str, Any]:
+    """vLLM with its engine core the other way (`engine_core`): its start and
+    batch-8 speed, the baseline of the default's."""
+    from rl.engine import make_engine
+    from rl.engine.config import VLLMEngineConfig
+
+    other = "own-process" if core == "in-process" else "in-process"
+    t0 = time.perf_counter()
+    engine = make_engine(VLLMEngineConfig(max_model_len=1024, engine_core=other), model)
+    start = time.perf_counter() - t0
+    tok_s = _tok_s(engine, prompts, params, reps, warm=True)
+    engine.close()
+    return {"vllm_other_core": other, "vllm_other_start_s": start, "vllm_other_tok_s_b8": tok_s}
 
 
 def _reload_times(vllm: Any, ckpt: Path, dtype: str, reps: int, tmp: Path) -> dict[str, float]:
@@ -189,5 +211,10 @@ def _generate_lines(r: dict[str, Any], quick: bool) -> list[str]:
         f"{r['greedy_rows']} rows the same tokens, "
         f"largest log-prob difference {r['greedy_max_logprob_diff']:.2e}"
     )
-    lines.append(f"  engine start: vllm {r['vllm_start_s']:.1f} s, hf {r['hf_start_s']:.1f} s")
+    lines.append(f"  engine start: vllm {r['vllm_start_s']:.1f} s ({r['vllm_core']} core), hf {r['hf_start_s']:.1f} s")
+    if "vllm_other_start_s" in r:
+        lines.append(
+            f"  vllm, core {r['vllm_other_core']} (baseline): start {r['vllm_other_start_s']:.1f} s, "
+            f"batch 8 {r['vllm_other_tok_s_b8']:.1f} tok/s"
+        )
     return lines

@@ -32,10 +32,19 @@ class VLLMEngineConfig(Section):
     `max_num_batched_tokens`), raised to `max_model_len` if below it: a prompt
     is never split over steps (on CPU a split seeded prompt kills the engine)."""
     cpu_reserved_cores: int = Field(0, ge=0)
-    """CPU backend only: cores left free of compute threads for vLLM's
-    scheduler process (`VLLM_CPU_NUM_OF_RESERVED_CPU`). vLLM's default of 1
-    halves the compute of a 2-core task; 0 measured 1.27x faster at batch 8 on
-    2 cores. Raise it on many-core nodes."""
+    """CPU backend, engine core in a process of its own only: cores left free
+    of compute threads for vLLM's scheduler process
+    (`VLLM_CPU_NUM_OF_RESERVED_CPU`). vLLM's default of 1 halves the compute
+    of a 2-core task; 0 measured 1.27x faster at batch 8 on 2 cores. Raise it
+    on many-core nodes."""
+    engine_core: Literal["auto", "in-process", "own-process"] = "auto"
+    """Where vLLM's engine core (its scheduler and model) runs. `own-process`:
+    a process of its own, and on CPU a worker process beside it, each a fresh
+    Python that imports vLLM (the scheduler overlaps the device's work: best on
+    GPUs). `in-process`: in the process that builds the engine, nothing
+    spawned; it computes on that process's threads and cores. `auto`:
+    in-process on CPU (a start took 17.4 s against 37.4 s, decoding at the
+    same speed: docs/benchmarks.md), own-process otherwise."""
 
 
 class HFEngineConfig(Section):

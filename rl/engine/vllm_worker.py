@@ -41,9 +41,10 @@ class ExitsWithParent:
         the LLM) ends. vLLM's engine core is a child process that outlives a
         parent killed by SIGKILL (or the OOM killer), holding its memory and
         cores; Slurm reaps it with the job's cgroup, a local run does not.
-        With the uniprocess executor (vLLM on CPU) this worker is the engine
-        core. Not covered: a multiprocess executor's engine core, whose
-        workers this would end but which itself would stay."""
+        Called only for an engine core of its own (`engine_core`): one in
+        process ends with it. On CPU that core runs its worker in a process
+        beside it; the worker ends, and the core, its worker gone, ends too
+        (tests/test_generate.py)."""
         threading.Thread(target=_end_with, args=(pid,), name="sarl-exit-with-parent", daemon=True).start()
 
 
