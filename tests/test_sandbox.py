@@ -505,7 +505,9 @@ def test_node_runtime() -> None:
 
 
 def test_run_once_enforces_the_same_limits() -> None:
-    cfg = SandboxConfig(limits=SMALL)
+    # time limits far above what each limit takes to hit: on a loaded machine the sandbox's and
+    # Python's start alone took the 5 s of SMALL, and wall time ended the memory check first
+    cfg = SandboxConfig(limits=SMALL.model_copy(update={"wall_s": 120, "cpu_s": 60}))
     assert run_once(["python3", "-c", "import os\nwhile True: os.fork()"], cfg).limit == "processes"
     assert run_once(["python3", "-c", "x=[]\nwhile True: x.append(b'x'*10**7)"], cfg).limit == "memory"
     assert run_once(["/bin/sh", "-c", "dd if=/dev/zero of=/sandbox/f bs=1M count=100"], cfg).limit == "disk"
